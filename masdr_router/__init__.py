@@ -1,0 +1,42 @@
+"""masdr_router: scope-first retrieval-augmented generation.
+
+Importing the package is cheap: heavy libraries (torch, transformers, faiss) load only inside the
+functions that need them. The public API is re-exported here lazily.
+
+>>> import masdr_router
+>>> masdr_router.__version__
+'0.1.0'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._version import __version__
+
+_EXPORTS = {
+    "Taxonomy": "taxonomy", "Scope": "taxonomy", "load_taxonomy": "taxonomy",
+    "Document": "data", "Chunk": "data", "LabelledQuery": "data", "read_corpus": "data",
+    "read_queries": "data", "write_corpus": "data", "write_queries": "data", "chunk_document": "data",
+    "IndexConfig": "config", "SearchConfig": "config",
+    "MasdrError": "errors", "ValidationError": "errors", "UnknownScopeError": "errors",
+    "TaxonomyMismatchError": "errors", "QueryError": "errors", "DatasetError": "errors",
+    "Router": "routers", "RouteDecision": "routers", "RegexRouter": "routers", "GlobalRouter": "routers",
+    "OracleRouter": "routers", "load_router": "routers",
+    "ScopedIndex": "retrieval.index", "Hit": "retrieval.index", "Embedder": "retrieval.embedder",
+    "evaluate_retrieval": "evaluation.retrieval",
+    "load_dataset": "datasets",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'masdr_router' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

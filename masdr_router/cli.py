@@ -1,0 +1,289 @@
+"""The ``masdr`` command. Subcommand names are stable: other tooling calls them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import MasdrError
+
+app = typer.Typer(help="Scope-first RAG: route a query to its organisational scope, search only there.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+data_app = typer.Typer(help="Real public data sets in the package's data contracts.", no_args_is_help=True)
+index_app = typer.Typer(help="Build and inspect scoped indexes.", no_args_is_help=True)
+eval_app = typer.Typer(help="Offline evaluation.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(index_app, name="index")
+app.add_typer(eval_app, name="eval")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.1f}%" if pct else f"{v:.3f}"
+
+
+# ---- data ----------------------------------------------------------------------------------------
+@data_app.command("prepare")
+def data_prepare(
+    name: Annotated[str, typer.Argument(help="bbc, 20ng or composite")],
+    out_dir: Annotated[Path, typer.Option("--out", help="output directory (written atomically)")],
+    max_docs_per_scope: Annotated[Optional[int], typer.Option(help="subsample: at most N documents per scope "
+                                                              "(composite: the largest scope, ratios kept)")] = None,
+    seed: Annotated[int, typer.Option(help="seed for subsampling and the stratified split")] = 0,
+    val: Annotated[float, typer.Option(help="validation share of the queries")] = 0.1,
+    test: Annotated[float, typer.Option(help="test share of the queries")] = 0.2,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing output directory")] = False,
+) -> None:
+    """Fetch a pinned data set, check its sha256, and write taxonomy.yaml, corpus.jsonl and
+    train/val/test.jsonl."""
+    from .datasets import load_dataset
+
+    if out_dir.exists() and not overwrite:
+        raise MasdrError(f"output directory {out_dir} already exists; pass --overwrite to replace it")
+    with err.status(f"loading {name}"):
+        ds = load_dataset(name, max_docs_per_scope=max_docs_per_scope, seed=seed)
+    info = ds.save(out_dir, seed=seed, val=val, test=test, overwrite=overwrite)
+    t = Table(title=f"{name} -> {out_dir}")
+    t.add_column("scope")
+    t.add_column("documents", justify="right")
+    t.add_column("queries", justify="right")
+    for s in ds.taxonomy.names:
+        t.add_row(s, str(info["documents_per_scope"].get(s, 0)), str(info["queries_per_scope"].get(s, 0)))
+    out.print(t)
+    out.print(f"splits: {info['queries']}  taxonomy fingerprint: {info['taxonomy']['fingerprint']}")
+
+
+@data_app.command("list")
+def data_list() -> None:
+    """List the data sets `data prepare` knows."""
+    from .datasets import DATASETS
+
+    for n, fn in DATASETS.items():
+        out.print(f"{n:10s} {(fn.__module__ and sys.modules[fn.__module__].__doc__ or '').strip().splitlines()[0]}")
+
+
+# ---- index ---------------------------------------------------------------------------------------
+@index_app.command("build")
+def index_build(
+    taxonomy: Annotated[Path, typer.Option(help="taxonomy YAML")],
+    corpus: Annotated[Path, typer.Option(help="corpus JSONL")],
+    out_dir: Annotated[Path, typer.Option("--out", help="index directory (written atomically)")],
+    config: Annotated[Optional[Path], typer.Option(help="IndexConfig YAML (configs/index/default.yaml)")] = None,
+    chunk_size: Annotated[Optional[int], typer.Option(help="words per chunk")] = None,
+    chunk_overlap: Annotated[Optional[int], typer.Option(help="words shared by consecutive chunks")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="encoder batch size")] = None,
+    device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda")] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing index directory")] = False,
+) -> None:
+    """Chunk, embed and shard a corpus: one dense + BM25 shard per scope, plus a global view."""
+    from .config import IndexConfig
+    from .data import read_corpus
+    from .retrieval.index import ScopedIndex
+    from .taxonomy import Taxonomy
+
+    # Validate every input before any work, so bad input never leaves a partial directory behind.
+    if out_dir.exists() and not overwrite:
+        raise MasdrError(f"output directory {out_dir} already exists; pass --overwrite to replace it")
+    tax = Taxonomy.from_yaml(taxonomy)
+    cfg = IndexConfig.from_yaml(config) if config else IndexConfig()
+    cfg = cfg.with_overrides(chunk_size=chunk_size, chunk_overlap=chunk_overlap, batch_size=batch_size,
+                             device=device)
+    docs = read_corpus(corpus)
+    index = ScopedIndex.build(tax, docs, cfg, progress=True)
+    index.save(out_dir, overwrite=overwrite)
+    _print_manifest(index.manifest(), out_dir)
+
+
+def _print_manifest(m: dict[str, Any], path: Path) -> None:
+    c = m["counts"]
+    t = Table(title=f"scoped index {path}  ({m['taxonomy']['name']}, {m['taxonomy']['fingerprint']})")
+    t.add_column("shard")
+    t.add_column("chunks", justify="right")
+    t.add_column("share", justify="right")
+    for s, n in c["per_scope"].items():
+        t.add_row(s, str(n), f"{100 * n / max(c['chunks'], 1):.1f}%")
+    t.add_row("[bold]global", f"[bold]{c['chunks']}", "100%")
+    out.print(t)
+    bs = m.get("build_stats") or {}
+    out.print(f"documents: {c['documents']}  unscoped chunks: {c['unscoped_chunks']}  encoder: "
+              f"{m['encoder']['name']} ({m['encoder']['dim']}-d)"
+              + (f"  embedding: {bs['chunks_per_s']} chunks/s on {bs['device']}" if "chunks_per_s" in bs else ""))
+
+
+@index_app.command("info")
+def index_info(path: Annotated[Path, typer.Argument(help="index directory")]) -> None:
+    """Show an index's manifest."""
+    mpath = path / "manifest.json"
+    if not mpath.is_file():
+        raise MasdrError(f"{path} is not a scoped index (no manifest.json)")
+    _print_manifest(json.loads(mpath.read_text()), path)
+
+
+@app.command("search")
+def search(
+    query: Annotated[str, typer.Argument(help="the query")],
+    index: Annotated[Path, typer.Option(help="index directory")],
+    scope: Annotated[Optional[list[str]], typer.Option(help="search only these scopes (repeatable); "
+                                                       "default: the whole corpus")] = None,
+    k: Annotated[int, typer.Option(help="number of chunks")] = 5,
+    mode: Annotated[str, typer.Option(help="dense, bm25 or hybrid")] = "hybrid",
+) -> None:
+    """Search an index, globally or inside scopes."""
+    from .config import SearchConfig
+    from .query import validate_query
+    from .retrieval.index import ScopedIndex
+
+    query = validate_query(query)
+    cfg = SearchConfig(mode=mode)
+    idx = ScopedIndex.load(index)
+    for s in scope or []:
+        idx.taxonomy.check_scope(s)
+    for rank, h in enumerate(idx.search(query, scope or None, k, cfg), start=1):
+        out.print(f"{rank:2d}. [bold]{h.chunk_id}[/] ({', '.join(h.scopes) or 'no scope'}) {h.score:.4f}")
+        out.print(f"    {h.text[:200]}", highlight=False)
+
+
+# ---- routing -------------------------------------------------------------------------------------
+@app.command("route")
+def route(
+    query: Annotated[str, typer.Argument(help="the query")],
+    router: Annotated[str, typer.Option(help="regex, global, or a router artifact directory")],
+    taxonomy: Annotated[Path, typer.Option(help="taxonomy YAML")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the decision as JSON")] = False,
+) -> None:
+    """Route one query and print the decision."""
+    from .routers import load_router
+    from .taxonomy import Taxonomy
+
+    r = load_router(router, Taxonomy.from_yaml(taxonomy))
+    d = r.route(query)
+    if as_json:
+        print(json.dumps(d.to_dict(), indent=2))
+        return
+    scope = d.scope or "[yellow]abstain -> global search[/]"
+    out.print(f"scope: [bold]{scope}[/]  stage: {d.stage}  confidence: {_fmt(d.confidence)}  "
+              f"latency: {d.latency_ms:.3f} ms")
+    for s, v in sorted(d.scores.items(), key=lambda kv: -kv[1])[:5]:
+        if v > 0:
+            out.print(f"  {s:30s} {v:.3f}")
+
+
+# ---- evaluation ----------------------------------------------------------------------------------
+@eval_app.command("retrieval")
+def eval_retrieval(
+    index: Annotated[Path, typer.Option(help="index directory")],
+    queries: Annotated[Path, typer.Option(help="labelled queries JSONL")],
+    router: Annotated[list[str], typer.Option(help="global, oracle, regex or a router artifact; repeat to "
+                                              "compare systems in one run")],
+    k: Annotated[int, typer.Option(help="cut-off for P@k, R@k, hit@k")] = 10,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="write the report as JSON")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="write confusion matrices and dilution as a PNG")] = None,
+    mode: Annotated[str, typer.Option(help="dense, bm25 or hybrid")] = "hybrid",
+    taxonomy: Annotated[Optional[Path], typer.Option(help="check the index against this taxonomy")] = None,
+) -> None:
+    """Global vs routed vs oracle retrieval: P@k, R@k, hit@k, dilution δ per scope, source confusion."""
+    from .config import SearchConfig
+    from .data import read_queries
+    from .evaluation.retrieval import evaluate_retrieval
+    from .retrieval.index import ScopedIndex
+    from .routers import load_router
+    from .taxonomy import Taxonomy
+
+    cfg = SearchConfig(mode=mode)
+    tax = Taxonomy.from_yaml(taxonomy) if taxonomy else None
+    idx = ScopedIndex.load(index, taxonomy=tax)
+    qs = read_queries(queries, idx.taxonomy)
+    routers = {spec if not Path(spec).exists() else Path(spec).name: load_router(spec, idx.taxonomy)
+               for spec in router}
+    report = evaluate_retrieval(idx, qs, routers, k=k, cfg=cfg, progress=True)
+    report["queries_file"] = str(queries)
+    print_retrieval_report(report)
+    if json_out:
+        from .atomic import write_json_atomic
+
+        write_json_atomic(json_out, report)
+        out.print(f"wrote {json_out}")
+    if plot:
+        from .evaluation.plots import plot_retrieval_report
+
+        plot_retrieval_report(report, plot)
+        out.print(f"wrote {plot}")
+
+
+def print_retrieval_report(report: dict[str, Any]) -> None:
+    k = report["k"]
+    t = Table(title=f"retrieval, {report['n_queries']} queries, k={k}, {report['search']['mode']} search")
+    for col in ["system", f"P@{k}", f"R@{k}", f"hit@{k}", "routed", "route acc", "searched", "src-conf diag"]:
+        t.add_column(col, justify="left" if col == "system" else "right")
+    for name, s in report["systems"].items():
+        t.add_row(name, _fmt(s["p_at_k"]), _fmt(s["r_at_k"]), _fmt(s["hit_at_k"]), _fmt(s["routed_rate"], True),
+                  _fmt(s["routing_accuracy"], True), _fmt(s["searched_fraction"], True),
+                  _fmt(report["confusion"][name]["diagonal_mean"]))
+    out.print(t)
+    d = report["dilution"]
+    t = Table(title=f"dilution δ = 1 − P_global/P_oracle per scope (Spearman ρ vs log chunks: "
+                    f"{_fmt(d['spearman_rho'])})")
+    t.add_column("scope")
+    t.add_column("chunks", justify="right")
+    t.add_column("queries", justify="right")
+    t.add_column("δ", justify="right")
+    for s, v in sorted(d["per_scope"].items(), key=lambda kv: kv[1]["chunks"]):
+        t.add_row(s, str(v["chunks"]), str(v["n_queries"]), _fmt(v["delta"]))
+    out.print(t)
+
+
+# ---- the main job --------------------------------------------------------------------------------
+@app.command("demo")
+def demo(
+    workdir: Annotated[Path, typer.Option(help="where data, index and reports go")] = Path("runs/demo"),
+    dataset: Annotated[str, typer.Option(help="bbc, 20ng or composite")] = "bbc",
+    max_docs_per_scope: Annotated[Optional[int], typer.Option(help="subsample the corpus for a quicker run")] = None,
+    k: int = 10,
+) -> None:
+    """The main job on the embedded default: fetch a real data set, build the scoped index with
+    MiniLM, and compare global vs regex-routed vs oracle-scoped retrieval on its test queries."""
+    data_dir, index_dir = workdir / dataset, workdir / f"{dataset}-index"
+    if not (data_dir / "dataset.json").is_file():
+        out.rule(f"1/3 data: {dataset}")
+        data_prepare(dataset, data_dir, max_docs_per_scope=max_docs_per_scope, seed=0, val=0.1, test=0.2,
+                     overwrite=data_dir.exists())
+    else:
+        out.print(f"reusing {data_dir}")
+    if not (index_dir / "manifest.json").is_file():
+        out.rule("2/3 index: MiniLM embeddings, one FAISS + BM25 shard per scope")
+        index_build(data_dir / "taxonomy.yaml", data_dir / "corpus.jsonl", index_dir, overwrite=index_dir.exists())
+    else:
+        out.print(f"reusing {index_dir}")
+    out.rule("3/3 retrieval: global vs regex-routed vs oracle-scoped")
+    eval_retrieval(index_dir, data_dir / "test.jsonl", ["global", "regex", "oracle"], k=k,
+                   json_out=workdir / f"{dataset}-retrieval.json", plot=workdir / f"{dataset}-retrieval.png",
+                   mode="hybrid", taxonomy=None)
+
+
+def main() -> None:
+    """Entry point: bad input ends with one line on stderr and a non-zero exit, never a traceback."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app()
+    except MasdrError as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

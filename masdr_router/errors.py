@@ -1,0 +1,40 @@
+"""Exception types. Every user-facing failure is a :class:`MasdrError` whose message is one line
+that says what was found, what was expected and, where it helps, how to fix it."""
+
+from __future__ import annotations
+
+
+class MasdrError(Exception):
+    """Base class of all errors the package raises on bad input or state."""
+
+
+class ValidationError(MasdrError, ValueError):
+    """A file or value breaks a data contract (taxonomy YAML, corpus/queries JSONL, config)."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}:{line}: " if line is not None else f"{path}: "
+        what = f"field '{field}': " if field is not None else ""
+        super().__init__(f"{where}{what}{message}")
+        self.path, self.line, self.field = path, line, field
+
+
+class UnknownScopeError(MasdrError, KeyError):
+    """A scope name that the taxonomy does not define."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class TaxonomyMismatchError(MasdrError):
+    """An artifact (index, router) was built for a different taxonomy."""
+
+
+class QueryError(MasdrError, ValueError):
+    """A query that cannot be routed or searched (empty, too long)."""
+
+
+class DatasetError(MasdrError):
+    """A data set could not be fetched or did not pass its checksum."""

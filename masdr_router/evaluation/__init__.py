@@ -1,0 +1,1 @@
+"""Offline evaluation of retrieval (and, later, of routers)."""

@@ -1,0 +1,45 @@
+"""PNG plots of evaluation reports (matplotlib, headless)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+def plot_retrieval_report(report: dict[str, Any], path: str | Path) -> Path:
+    """Source-confusion heatmaps (one per system) and dilution δ against scope size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    systems = list(report["confusion"])
+    n = len(systems) + 1
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.4), constrained_layout=True)
+    for ax, name in zip(axes, systems):
+        c = report["confusion"][name]
+        m = np.array([[np.nan if v is None else v for v in row] for row in c["matrix"]], dtype=float)
+        ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
+        ax.set_title(f"{name}: diag {c['diagonal_mean'] if c['diagonal_mean'] is not None else '-'}", fontsize=10)
+        ax.set_yticks(range(len(c["labels"])), c["labels"], fontsize=7)
+        ax.set_xticks(range(len(c["columns"])), c["columns"], fontsize=7, rotation=90)
+        ax.set_ylabel("gold scope")
+        ax.set_xlabel("retrieved chunk's scope")
+    ax = axes[-1]
+    d = report["dilution"]["per_scope"]
+    xs = [v["chunks"] for v in d.values()]
+    ys = [v["delta"] for v in d.values()]
+    ax.scatter(xs, ys)
+    for s, x, y in zip(d, xs, ys):
+        ax.annotate(s, (x, y), fontsize=7)
+    ax.set_xscale("log")
+    rho = report["dilution"]["spearman_rho"]
+    ax.set_title(f"dilution δ vs scope size (ρ={rho if rho is not None and not math.isnan(rho) else '-'})",
+                 fontsize=10)
+    ax.set_xlabel("chunks in scope (log)")
+    ax.set_ylabel("mean δ")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,31 @@
+"""Routers: regex rules, reference routers (global, oracle); trained and LLM routers build on the
+same :class:`Router` interface."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import MasdrError
+from ..taxonomy import Taxonomy
+from .base import RouteDecision, Router, register_router, registered_routers
+from .reference import GlobalRouter, OracleRouter
+from .regex import RegexRouter
+
+__all__ = ["GlobalRouter", "OracleRouter", "RegexRouter", "RouteDecision", "Router", "load_router",
+           "register_router", "registered_routers"]
+
+
+def load_router(spec: str, taxonomy: Taxonomy, **kwargs: Any) -> Router:
+    """Build a router from a CLI spec: a registered name (``global``, ``oracle``, ``regex``, ...)
+    or a router artifact directory.
+
+    >>> load_router("regex", taxonomy)        # doctest: +SKIP
+    """
+    factories = registered_routers()
+    if spec in factories:
+        return factories[spec](taxonomy, **kwargs)
+    if Path(spec, "router_config.json").is_file():
+        raise MasdrError(f"{spec}: loading trained router artifacts needs the training extra of a later release")
+    raise MasdrError(f"unknown router '{spec}': expected one of {', '.join(sorted(factories))} "
+                     "or a router artifact directory (with router_config.json)")
