@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -37,7 +37,7 @@ def _fmt(v: Any, pct: bool = False) -> str:
 def data_prepare(
     name: Annotated[str, typer.Argument(help="bbc, 20ng or composite")],
     out_dir: Annotated[Path, typer.Option("--out", help="output directory (written atomically)")],
-    max_docs_per_scope: Annotated[Optional[int], typer.Option(help="subsample: at most N documents per scope "
+    max_docs_per_scope: Annotated[int | None, typer.Option(help="subsample: at most N documents per scope "
                                                               "(composite: the largest scope, ratios kept)")] = None,
     seed: Annotated[int, typer.Option(help="seed for subsampling and the stratified split")] = 0,
     val: Annotated[float, typer.Option(help="validation share of the queries")] = 0.1,
@@ -69,7 +69,7 @@ def data_list() -> None:
     from .datasets import DATASETS
 
     for n, fn in DATASETS.items():
-        out.print(f"{n:10s} {(fn.__module__ and sys.modules[fn.__module__].__doc__ or '').strip().splitlines()[0]}")
+        out.print(f"{n:10s} {((fn.__module__ and sys.modules[fn.__module__].__doc__) or '').strip().splitlines()[0]}")
 
 
 # ---- index ---------------------------------------------------------------------------------------
@@ -78,11 +78,11 @@ def index_build(
     taxonomy: Annotated[Path, typer.Option(help="taxonomy YAML")],
     corpus: Annotated[Path, typer.Option(help="corpus JSONL")],
     out_dir: Annotated[Path, typer.Option("--out", help="index directory (written atomically)")],
-    config: Annotated[Optional[Path], typer.Option(help="IndexConfig YAML (configs/index/default.yaml)")] = None,
-    chunk_size: Annotated[Optional[int], typer.Option(help="words per chunk")] = None,
-    chunk_overlap: Annotated[Optional[int], typer.Option(help="words shared by consecutive chunks")] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="encoder batch size")] = None,
-    device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda")] = None,
+    config: Annotated[Path | None, typer.Option(help="IndexConfig YAML (configs/index/default.yaml)")] = None,
+    chunk_size: Annotated[int | None, typer.Option(help="words per chunk")] = None,
+    chunk_overlap: Annotated[int | None, typer.Option(help="words shared by consecutive chunks")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="encoder batch size")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda")] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing index directory")] = False,
 ) -> None:
     """Chunk, embed and shard a corpus: one dense + BM25 shard per scope, plus a global view."""
@@ -133,7 +133,7 @@ def index_info(path: Annotated[Path, typer.Argument(help="index directory")]) ->
 def search(
     query: Annotated[str, typer.Argument(help="the query")],
     index: Annotated[Path, typer.Option(help="index directory")],
-    scope: Annotated[Optional[list[str]], typer.Option(help="search only these scopes (repeatable); "
+    scope: Annotated[list[str] | None, typer.Option(help="search only these scopes (repeatable); "
                                                        "default: the whole corpus")] = None,
     k: Annotated[int, typer.Option(help="number of chunks")] = 5,
     mode: Annotated[str, typer.Option(help="dense, bm25 or hybrid")] = "hybrid",
@@ -186,10 +186,10 @@ def eval_retrieval(
     router: Annotated[list[str], typer.Option(help="global, oracle, regex or a router artifact; repeat to "
                                               "compare systems in one run")],
     k: Annotated[int, typer.Option(help="cut-off for P@k, R@k, hit@k")] = 10,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="write the report as JSON")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="write confusion matrices and dilution as a PNG")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write confusion matrices and dilution as a PNG")] = None,
     mode: Annotated[str, typer.Option(help="dense, bm25 or hybrid")] = "hybrid",
-    taxonomy: Annotated[Optional[Path], typer.Option(help="check the index against this taxonomy")] = None,
+    taxonomy: Annotated[Path | None, typer.Option(help="check the index against this taxonomy")] = None,
 ) -> None:
     """Global vs routed vs oracle retrieval: P@k, R@k, hit@k, dilution δ per scope, source confusion."""
     from .config import SearchConfig
@@ -247,7 +247,7 @@ def print_retrieval_report(report: dict[str, Any]) -> None:
 def demo(
     workdir: Annotated[Path, typer.Option(help="where data, index and reports go")] = Path("runs/demo"),
     dataset: Annotated[str, typer.Option(help="bbc, 20ng or composite")] = "bbc",
-    max_docs_per_scope: Annotated[Optional[int], typer.Option(help="subsample the corpus for a quicker run")] = None,
+    max_docs_per_scope: Annotated[int | None, typer.Option(help="subsample the corpus for a quicker run")] = None,
     k: int = 10,
 ) -> None:
     """The main job on the embedded default: fetch a real data set, build the scoped index with

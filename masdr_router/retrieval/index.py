@@ -103,7 +103,7 @@ class ScopedIndex:
 
     # ---- persistence --------------------------------------------------------------------------
     def manifest(self) -> dict[str, Any]:
-        counts = {name: int(len(self.shard_rows[name])) for name in self.taxonomy.names}
+        counts = {name: len(self.shard_rows[name]) for name in self.taxonomy.names}
         return {
             "format": FORMAT,
             "package_version": __version__,
@@ -249,7 +249,7 @@ class ScopedIndex:
             for qi, r in zip(qis, ranked):
                 per_query[qi][s] = r
         results = []
-        for qi, by_scope in enumerate(per_query):
+        for by_scope in per_query:
             if len(by_scope) == 1:
                 ranked = next(iter(by_scope.values()))
             else:

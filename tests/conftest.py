@@ -1,0 +1,82 @@
+"""Shared fixtures: a small real BBC subset and a real MiniLM + FAISS index over it, built once."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def bbc_small():
+    """30 real BBC articles (6 per desk) with their headline queries."""
+    from masdr_router.datasets import load_dataset
+
+    return load_dataset("bbc", max_docs_per_scope=6, seed=0)
+
+
+@pytest.fixture(scope="session")
+def bbc_small_dir(bbc_small, tmp_path_factory):
+    out = tmp_path_factory.mktemp("data") / "bbc"
+    bbc_small.save(out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def bbc_index(bbc_small):
+    from masdr_router import IndexConfig, ScopedIndex
+
+    return ScopedIndex.build(bbc_small.taxonomy, bbc_small.documents, IndexConfig(chunk_size=120, chunk_overlap=20))
+
+
+@pytest.fixture(scope="session")
+def bbc_index_dir(bbc_index, tmp_path_factory):
+    out = tmp_path_factory.mktemp("index") / "bbc-index"
+    bbc_index.save(out)
+    return out
+
+
+@pytest.fixture
+def write(tmp_path):
+    """``write("name.yaml", text)`` -> path of a new file in the test's temp dir."""
+
+    def _write(name: str, text: str):
+        p = tmp_path / name
+        p.write_text(text, encoding="utf-8")
+        return p
+
+    return _write
+
+
+TAXONOMY_YAML = """\
+name: tiny
+scopes:
+  - name: sport
+    description: Matches, players and results.
+    match: {category: sport}
+    patterns: ['\\bgoal', '\\bmatch(es)?\\b']
+  - name: tech
+    description: Computers and phones.
+    match: {category: [tech, science]}
+    patterns: ['\\bphones?\\b', '\\bchip']
+  - name: all-news
+    description: Everything from the news desk.
+    match: {source: news}
+"""
