@@ -30,6 +30,7 @@ def atomic_directory(out: str | os.PathLike[str], *, overwrite: bool = False) ->
         raise MasdrError(f"output directory {out} already exists; pass --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the artifact should get normal permissions
     try:
         yield tmp
     except BaseException:
@@ -51,6 +52,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -58,6 +60,12 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:

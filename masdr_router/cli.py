@@ -203,8 +203,7 @@ def eval_retrieval(
     tax = Taxonomy.from_yaml(taxonomy) if taxonomy else None
     idx = ScopedIndex.load(index, taxonomy=tax)
     qs = read_queries(queries, idx.taxonomy)
-    routers = {spec if not Path(spec).exists() else Path(spec).name: load_router(spec, idx.taxonomy)
-               for spec in router}
+    routers = {_system_name(spec): load_router(spec, idx.taxonomy) for spec in router}
     report = evaluate_retrieval(idx, qs, routers, k=k, cfg=cfg, progress=True)
     report["queries_file"] = str(queries)
     print_retrieval_report(report)
@@ -242,6 +241,89 @@ def print_retrieval_report(report: dict[str, Any]) -> None:
     out.print(t)
 
 
+# ---- training ------------------------------------------------------------------------------------
+@app.command("train")
+def train(
+    taxonomy: Annotated[Path, typer.Option(help="taxonomy YAML")],
+    train_file: Annotated[Path, typer.Option("--train", help="labelled training queries JSONL")],
+    out_dir: Annotated[Path, typer.Option("--out", help="artifact directory, e.g. checkpoints/my-router")],
+    val: Annotated[Path | None, typer.Option(help="validation queries (default: a stratified share of --train)")]
+    = None,
+    test: Annotated[Path | None, typer.Option(help="test queries for the model card's evaluation table")] = None,
+    config: Annotated[Path | None, typer.Option(help="TrainConfig YAML, e.g. configs/train/cpu.yaml")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a config key: --set epochs=3 "
+                                                      "(repeatable)")] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing artifact")] = False,
+) -> None:
+    """Train a LoRA router on a taxonomy, calibrate it, and export it as a self-contained artifact.
+    A killed run resumes from its last epoch checkpoint (OUT.ckpt/) when started again."""
+    from .training.run import load_train_config, run_training
+
+    cfg = load_train_config(config, set_)
+    metrics = run_training(taxonomy=taxonomy, train=train_file, out=out_dir, val=val, test=test, cfg=cfg,
+                           overwrite=overwrite)
+    if not metrics:
+        return
+    ev = metrics.get("evaluation") or {}
+    cal = metrics["calibration"]
+    out.print(f"trained in {metrics['train_seconds']:.0f} s on {metrics['device']} "
+              f"({metrics['trainable_params']:,} trainable params); best epoch {metrics['val']['best_epoch']}; "
+              f"temperature {cal['temperature']:.2f}, threshold {cal['threshold']:.3f}")
+    if ev:
+        print_router_reports({k: ev[k] for k in ("lora", "regex")}, title=f"router evaluation ({ev['split']})")
+    out.print(f"exported {out_dir}")
+
+
+@eval_app.command("router")
+def eval_router(
+    router: Annotated[list[str], typer.Option(help="regex, global or a router artifact directory (repeatable)")],
+    taxonomy: Annotated[Path, typer.Option(help="taxonomy YAML")],
+    queries: Annotated[Path, typer.Option(help="labelled queries JSONL")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
+    plot: Annotated[Path | None, typer.Option(help="confusion matrix + reliability diagram PNG "
+                                                 "(one router; with several, NAME is inserted)")] = None,
+) -> None:
+    """Accuracy, macro-F1, per-scope P/R/F1, confusion, ECE, abstention, latency p50/p95/p99, throughput."""
+    from .data import read_queries
+    from .evaluation.router import evaluate_router
+    from .routers import load_router
+    from .taxonomy import Taxonomy
+
+    tax = Taxonomy.from_yaml(taxonomy)
+    qs = read_queries(queries, tax)
+    routers = {_system_name(spec): load_router(spec, tax) for spec in router}
+    reports = {name: evaluate_router(r, qs, progress=True) for name, r in routers.items()}
+    print_router_reports(reports, title=f"router evaluation, {len(qs)} queries")
+    if json_out:
+        from .atomic import write_json_atomic
+
+        write_json_atomic(json_out, reports[next(iter(reports))] if len(reports) == 1 else reports)
+        out.print(f"wrote {json_out}")
+    if plot:
+        from .evaluation.plots import plot_router_report
+
+        for name, rep in reports.items():
+            p = plot if len(reports) == 1 else plot.with_name(f"{plot.stem}-{name}{plot.suffix}")
+            plot_router_report(rep, p)
+            out.print(f"wrote {p}")
+
+
+def _system_name(spec: str) -> str:
+    return Path(spec).name if Path(spec).exists() else spec
+
+
+def print_router_reports(reports: dict[str, dict[str, Any]], *, title: str) -> None:
+    t = Table(title=title)
+    for col in ["router", "accuracy", "macro-F1", "top-1 acc", "abstain", "acc answered", "ECE", "p50 ms",
+                "p99 ms", "QPS"]:
+        t.add_column(col, justify="left" if col == "router" else "right")
+    for name, r in reports.items():
+        t.add_row(name, _fmt(r["accuracy"]), _fmt(r["macro_f1"]), _fmt(r["top1_accuracy"]),
+                  _fmt(r["abstain_rate"], True), _fmt(r["accuracy_when_answered"]), _fmt(r["ece"]),
+                  f"{r['latency_ms']['p50']:.2f}", f"{r['latency_ms']['p99']:.2f}", f"{r['throughput_qps']:.0f}")
+    out.print(t)
+
+
 # ---- the main job --------------------------------------------------------------------------------
 @app.command("demo")
 def demo(
@@ -275,6 +357,7 @@ def main() -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("masdr_router").setLevel(logging.INFO)
     try:
         app()
     except MasdrError as e:

@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(config, items):
         has_cuda = False
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
-        if "gpu" in item.keywords and not has_cuda:
+        if item.get_closest_marker("gpu") is not None and not has_cuda:
             item.add_marker(skip_gpu)
 
 

@@ -43,3 +43,46 @@ def plot_retrieval_report(report: dict[str, Any], path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+def plot_router_report(report: dict[str, Any], path: str | Path) -> Path:
+    """Confusion matrix (row-normalised, abstentions as the last column) and reliability diagram."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    c = report["confusion"]
+    m = np.array(c["matrix"], dtype=float)
+    m = m / np.maximum(m.sum(1, keepdims=True), 1)
+    n = len(c["labels"])
+    fig, axes = plt.subplots(1, 2, figsize=(5 + 0.35 * n + 4.5, 0.3 * n + 4), constrained_layout=True,
+                             gridspec_kw={"width_ratios": [1 + 0.1 * n, 1]})
+    ax = axes[0]
+    ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
+    ax.set_yticks(range(n), c["labels"], fontsize=7)
+    ax.set_xticks(range(len(c["columns"])), c["columns"], fontsize=7, rotation=90)
+    ax.set_ylabel("gold scope")
+    ax.set_xlabel("routed to")
+    ax.set_title(f"{report['router']}: accuracy {report['accuracy']:.3f}, macro-F1 {report['macro_f1']:.3f}, "
+                 f"abstain {100 * report['abstain_rate']:.1f}%", fontsize=9)
+    ax = axes[1]
+    rel = report.get("reliability")
+    if rel:
+        xs = [b - 0.05 for b in rel["bin_upper"]]
+        accs = [a if a is not None else 0 for a in rel["accuracy"]]
+        ax.bar(xs, accs, width=0.095, alpha=0.8, label="accuracy")
+        ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("confidence")
+        ax.set_ylabel("accuracy")
+        ax.legend(fontsize=8, loc="upper left")
+        ax.set_title(f"reliability (ECE {report['ece']:.3f})", fontsize=9)
+    else:
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no confidence scores", ha="center")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -105,7 +105,7 @@ def evaluate_retrieval(index: ScopedIndex, queries: Sequence[LabelledQuery], rou
     results: dict[str, list[list[Hit]]] = {}
     for name, router in all_systems.items():
         decisions = [router.route(q.query) for q in queries]
-        scopes = [[d.scope] if d.scope else None for d in decisions]
+        scopes = [d.search_scopes for d in decisions]
         t0 = time.perf_counter()
         res = index.search_many(texts, scopes, k, cfg, qvecs=qvecs)
         search_ms = (time.perf_counter() - t0) * 1000 / max(len(texts), 1)
@@ -115,7 +115,8 @@ def evaluate_retrieval(index: ScopedIndex, queries: Sequence[LabelledQuery], rou
         p = [_precision(h, q.scope) for h, q in zip(res, queries)]
         rec = [_recall(h, q.relevant_ids) for h, q in zip(res, queries) if q.relevant_ids]
         routed = [d for d in decisions if not d.abstained]
-        searched = [(len(index.shard_rows[d.scope]) if d.scope else n_total) / n_total for d in decisions]
+        searched = [sum(len(index.shard_rows[s]) for s in d.search_scopes) / n_total if d.search_scopes else 1.0
+                    for d in decisions]
         out["systems"][name] = {
             "p_at_k": round(statistics.fmean(p), 4),
             "r_at_k": round(statistics.fmean(r for r, _ in rec), 4) if rec else None,

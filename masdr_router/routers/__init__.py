@@ -1,5 +1,5 @@
-"""Routers: regex rules, reference routers (global, oracle); trained and LLM routers build on the
-same :class:`Router` interface."""
+"""Routers: regex rules, the trained LoRA router, reference routers (global, oracle); all share
+the :class:`Router` interface."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ def load_router(spec: str, taxonomy: Taxonomy, **kwargs: Any) -> Router:
     if spec in factories:
         return factories[spec](taxonomy, **kwargs)
     if Path(spec, "router_config.json").is_file():
-        raise MasdrError(f"{spec}: loading trained router artifacts needs the training extra of a later release")
+        from .lora import LoraRouter
+
+        return LoraRouter.from_pretrained(spec, taxonomy=taxonomy, **kwargs)
     raise MasdrError(f"unknown router '{spec}': expected one of {', '.join(sorted(factories))} "
                      "or a router artifact directory (with router_config.json)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -26,10 +27,18 @@ class RouteDecision:
     latency_ms: float = 0.0
     confidence: float | None = None
     trace: tuple[dict[str, Any], ...] = ()
+    fallback: tuple[str, ...] = ()  # scopes to search fused when abstaining; empty = global search
 
     @property
     def abstained(self) -> bool:
         return self.scope is None
+
+    @property
+    def search_scopes(self) -> list[str] | None:
+        """What retrieval should search: the scope, else the fallback scopes, else ``None`` (global)."""
+        if self.scope is not None:
+            return [self.scope]
+        return list(self.fallback) or None
 
     def top(self, n: int = 2) -> list[str]:
         """The ``n`` best-scoring scopes (for top-n fused search)."""
@@ -39,7 +48,8 @@ class RouteDecision:
     def to_dict(self) -> dict[str, Any]:
         return {"scope": self.scope, "abstained": self.abstained, "stage": self.stage,
                 "confidence": self.confidence, "latency_ms": round(self.latency_ms, 3),
-                "scores": {k: round(v, 6) for k, v in self.scores.items()}, "trace": list(self.trace)}
+                "scores": {k: round(v, 6) for k, v in self.scores.items()}, "fallback": list(self.fallback),
+                "trace": list(self.trace)}
 
 
 class Router(ABC):
@@ -67,8 +77,7 @@ class Router(ABC):
         t0 = time.perf_counter()
         d = self._route(q)
         ms = (time.perf_counter() - t0) * 1000
-        return RouteDecision(scope=d.scope, scores=d.scores, stage=d.stage or self.name, latency_ms=ms,
-                             confidence=d.confidence, trace=d.trace)
+        return dataclasses.replace(d, stage=d.stage or self.name, latency_ms=ms)
 
     def route_batch(self, queries: list[str]) -> list[RouteDecision]:
         return [self.route(q) for q in queries]

@@ -1,0 +1,90 @@
+"""Calibration (temperature scaling) and the abstention threshold.
+
+A router that is wrong sends the query to the wrong shard, where its answer cannot be found. So
+the router must know when it does not know: temperature scaling (Guo et al., 2017) makes its
+confidence honest, and a threshold chosen on validation data decides when to abstain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    z = logits / temperature
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
+    """The temperature T > 0 that minimises the negative log-likelihood of ``softmax(logits / T)``.
+
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, 500); logits = np.eye(3)[y] * 8 + rng.normal(0, 3, (500, 3))
+    >>> fit_temperature(logits, y) > 1   # over-confident logits get cooled down
+    True
+    """
+    import torch
+
+    x = torch.tensor(logits, dtype=torch.float64)
+    y = torch.tensor(labels, dtype=torch.long)
+    log_t = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([log_t], lr=0.1, max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(x / log_t.exp(), y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    t = float(log_t.detach().exp())
+    return float(np.clip(t, 0.05, 20.0))
+
+
+def choose_threshold(confidence: np.ndarray, correct: np.ndarray, *, target_accuracy: float = 0.95,
+                     target_abstain_rate: float | None = None) -> tuple[float, dict[str, float]]:
+    """Pick the confidence threshold: answer when ``confidence >= threshold``.
+
+    By default, the lowest threshold whose answered set reaches ``target_accuracy`` (answer as
+    much as possible at that accuracy). With ``target_abstain_rate``, the quantile that abstains
+    on that share instead. Returns the threshold and what it gives on the data it was fitted on.
+
+    >>> choose_threshold(np.array([.9, .8, .7, .6]), np.array([1, 1, 0, 1]), target_accuracy=1.0)[0]
+    0.8
+    """
+    confidence = np.asarray(confidence, dtype=float)
+    correct = np.asarray(correct, dtype=bool)
+    if target_abstain_rate is not None:
+        thr = float(np.quantile(confidence, target_abstain_rate)) if target_abstain_rate > 0 else 0.0
+    else:
+        order = np.argsort(-confidence, kind="stable")
+        acc_prefix = np.cumsum(correct[order]) / np.arange(1, len(order) + 1)
+        ok = np.nonzero(acc_prefix >= target_accuracy)[0]
+        if len(ok) == 0:
+            thr = 1.0 + 1e-9  # unreachable: always abstain rather than pretend
+        elif ok[-1] == len(order) - 1:
+            thr = 0.0
+        else:
+            m = ok[-1]
+            # Ties at the cut would let in answers the target excludes; go just above them.
+            thr = float(confidence[order[m]])
+            if np.any(confidence[order[m + 1:]] >= thr):
+                thr = float(np.nextafter(thr, 2.0))
+    answered = confidence >= thr
+    stats = {"threshold": thr, "abstain_rate": float(1 - answered.mean()),
+             "accuracy_when_answered": float(correct[answered].mean()) if answered.any() else float("nan")}
+    return thr, stats
+
+
+def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> float:
+    """ECE with equal-width bins: sum over bins of |accuracy - confidence| weighted by bin size."""
+    confidence, correct = np.asarray(confidence, float), np.asarray(correct, float)
+    bins = np.minimum((confidence * n_bins).astype(int), n_bins - 1)
+    ece = 0.0
+    for b in range(n_bins):
+        m = bins == b
+        if m.any():
+            ece += m.mean() * abs(correct[m].mean() - confidence[m].mean())
+    return float(ece)

@@ -1,0 +1,75 @@
+"""The whole training job behind ``masdr train`` and ``train/train_router.py``: read and validate
+inputs, train (resumably), calibrate, evaluate against the regex router, export atomically."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..errors import MasdrError
+from .config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``["epochs=3", "target_modules=[query,value]"]`` -> typed values (parsed as YAML scalars)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise MasdrError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+    return out
+
+
+def load_train_config(config: str | Path | None, overrides: list[str] | None) -> TrainConfig:
+    base = TrainConfig.from_yaml(config) if config else TrainConfig()
+    over = parse_overrides(overrides)
+    return TrainConfig.from_dict({**base.to_dict(), **over}, source="--set" if over else str(config or "<defaults>"))
+
+
+def checkpoint_dir_for(out: Path) -> Path:
+    return out.with_name(out.name + ".ckpt")
+
+
+def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, val: str | Path | None = None,
+                 test: str | Path | None = None, cfg: TrainConfig | None = None,
+                 overwrite: bool = False) -> dict[str, Any]:
+    from ..data import read_queries
+    from ..evaluation.router import evaluate_router
+    from ..routers.regex import RegexRouter
+    from ..taxonomy import Taxonomy
+    from .card import model_card
+    from .trainer import train_router
+
+    cfg = cfg or TrainConfig()
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise MasdrError(f"output directory {out} already exists; pass --overwrite to replace it")
+    tax = Taxonomy.from_yaml(taxonomy)
+    train_q = read_queries(train, tax)
+    val_q = read_queries(val, tax) if val else None
+    test_q = read_queries(test, tax) if test else None
+    ckpt = checkpoint_dir_for(out)
+    result = train_router(tax, train_q, val_q, cfg, checkpoint_dir=ckpt)
+    if int(os.environ.get("RANK", "0")) != 0:  # under `accelerate launch`, one process exports
+        return {}
+    eval_q = test_q or val_q
+    evaluation: dict[str, Any] = {}
+    if eval_q:
+        evaluation = {"split": "test" if test_q else "val",
+                      "lora": evaluate_router(result.router, eval_q, progress=cfg.progress),
+                      "regex": evaluate_router(RegexRouter(tax), eval_q)}
+    metrics = {"val": result.val_metrics, "calibration": result.calibration, "history": result.history,
+               "train_seconds": round(result.train_seconds, 2), "n_train": result.n_train, "n_val": result.n_val,
+               "resumed_from_epoch": result.resumed_from_epoch, **result.extra, "evaluation": evaluation}
+    card = model_card(result.router, metrics, cfg)
+    result.router.save_pretrained(out, metrics=metrics, card=card, overwrite=overwrite)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return metrics
