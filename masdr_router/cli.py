@@ -18,9 +18,11 @@ app = typer.Typer(help="Scope-first RAG: route a query to its organisational sco
 data_app = typer.Typer(help="Real public data sets in the package's data contracts.", no_args_is_help=True)
 index_app = typer.Typer(help="Build and inspect scoped indexes.", no_args_is_help=True)
 eval_app = typer.Typer(help="Offline evaluation.", no_args_is_help=True)
+export_app = typer.Typer(help="Export trained routers to other runtimes.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(index_app, name="index")
 app.add_typer(eval_app, name="eval")
+app.add_typer(export_app, name="export")
 
 out = Console()
 err = Console(stderr=True)
@@ -183,8 +185,9 @@ def route(
 def eval_retrieval(
     index: Annotated[Path, typer.Option(help="index directory")],
     queries: Annotated[Path, typer.Option(help="labelled queries JSONL")],
-    router: Annotated[list[str], typer.Option(help="global, oracle, regex or a router artifact; repeat to "
-                                              "compare systems in one run")],
+    router: Annotated[list[str], typer.Option(help="global, oracle, regex or a router artifact, optionally "
+                                              "SPEC:POLICY with POLICY one of router, hard, abstain, top2, soft "
+                                              "(how an unsure decision is searched); repeat to compare systems")],
     k: Annotated[int, typer.Option(help="cut-off for P@k, R@k, hit@k")] = 10,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
     plot: Annotated[Path | None, typer.Option(help="write confusion matrices and dilution as a PNG")] = None,
@@ -203,7 +206,13 @@ def eval_retrieval(
     tax = Taxonomy.from_yaml(taxonomy) if taxonomy else None
     idx = ScopedIndex.load(index, taxonomy=tax)
     qs = read_queries(queries, idx.taxonomy)
-    routers = {_system_name(spec): load_router(spec, idx.taxonomy) for spec in router}
+    routers: dict[str, Any] = {}
+    loaded: dict[str, Any] = {}
+    for spec in router:
+        base, policy = _split_policy(spec)
+        if base not in loaded:
+            loaded[base] = load_router(base, idx.taxonomy)
+        routers[_system_name(base) + (f":{policy}" if policy != "router" else "")] = (loaded[base], policy)
     report = evaluate_retrieval(idx, qs, routers, k=k, cfg=cfg, progress=True)
     report["queries_file"] = str(queries)
     print_retrieval_report(report)
@@ -274,6 +283,24 @@ def train(
     out.print(f"exported {out_dir}")
 
 
+@export_app.command("onnx")
+def export_onnx_cmd(
+    router: Annotated[Path, typer.Option(help="router artifact directory")],
+    queries: Annotated[Path | None, typer.Option(help="queries JSONL to check the export on (default: a few "
+                                                  "built-in samples)")] = None,
+) -> None:
+    """Add router.onnx to a router artifact (for onnxruntime CPU serving), checked against torch."""
+    from .data import read_queries
+    from .training.onnx_export import export_onnx
+
+    texts = [q.query for q in read_queries(queries)][:256] if queries else [
+        "Shares slide as profits fall", "Who won the cup final?", "New rules for broadband providers",
+        "Minister promises tax cuts before the election", "Film star wins best actor award"]
+    info = export_onnx(router, texts)
+    out.print(f"wrote {router / info['file']} (max |logit diff| vs torch {info['max_abs_diff']:.1e} on "
+              f"{info['checked_on']} queries)")
+
+
 @eval_app.command("router")
 def eval_router(
     router: Annotated[list[str], typer.Option(help="regex, global or a router artifact directory (repeatable)")],
@@ -308,6 +335,17 @@ def eval_router(
             out.print(f"wrote {p}")
 
 
+def _split_policy(spec: str) -> tuple[str, str]:
+    from .routers.policy import POLICIES
+
+    base, sep, policy = spec.rpartition(":")
+    if sep and base and policy in POLICIES:
+        return base, policy
+    if sep and base and not Path(spec).exists():
+        raise MasdrError(f"unknown routing policy '{policy}' in '{spec}'; expected one of {', '.join(POLICIES)}")
+    return spec, "router"
+
+
 def _system_name(spec: str) -> str:
     return Path(spec).name if Path(spec).exists() else spec
 
@@ -329,25 +367,36 @@ def print_router_reports(reports: dict[str, dict[str, Any]], *, title: str) -> N
 def demo(
     workdir: Annotated[Path, typer.Option(help="where data, index and reports go")] = Path("runs/demo"),
     dataset: Annotated[str, typer.Option(help="bbc, 20ng or composite")] = "bbc",
+    router_out: Annotated[Path | None, typer.Option(help="where the trained router is exported "
+                                                    "(default: checkpoints/DATASET-router)")] = None,
     max_docs_per_scope: Annotated[int | None, typer.Option(help="subsample the corpus for a quicker run")] = None,
     k: int = 10,
 ) -> None:
     """The main job on the embedded default: fetch a real data set, build the scoped index with
-    MiniLM, and compare global vs regex-routed vs oracle-scoped retrieval on its test queries."""
+    MiniLM, train + calibrate + export a LoRA router, and compare global vs regex-routed vs
+    LoRA-routed vs oracle-scoped retrieval on the held-out test queries. Finished steps are reused."""
     data_dir, index_dir = workdir / dataset, workdir / f"{dataset}-index"
+    router_dir = router_out or Path("checkpoints") / f"{dataset}-router"
     if not (data_dir / "dataset.json").is_file():
-        out.rule(f"1/3 data: {dataset}")
+        out.rule(f"1/4 data: {dataset}")
         data_prepare(dataset, data_dir, max_docs_per_scope=max_docs_per_scope, seed=0, val=0.1, test=0.2,
                      overwrite=data_dir.exists())
     else:
         out.print(f"reusing {data_dir}")
     if not (index_dir / "manifest.json").is_file():
-        out.rule("2/3 index: MiniLM embeddings, one FAISS + BM25 shard per scope")
+        out.rule("2/4 index: MiniLM embeddings, one FAISS + BM25 shard per scope")
         index_build(data_dir / "taxonomy.yaml", data_dir / "corpus.jsonl", index_dir, overwrite=index_dir.exists())
     else:
         out.print(f"reusing {index_dir}")
-    out.rule("3/3 retrieval: global vs regex-routed vs oracle-scoped")
-    eval_retrieval(index_dir, data_dir / "test.jsonl", ["global", "regex", "oracle"], k=k,
+    if not (router_dir / "router_config.json").is_file():
+        out.rule(f"3/4 router: LoRA on MiniLM, calibrated, exported to {router_dir}")
+        train(data_dir / "taxonomy.yaml", data_dir / "train.jsonl", router_dir, val=data_dir / "val.jsonl",
+              test=data_dir / "test.jsonl", config=None, set_=None, overwrite=router_dir.exists())
+    else:
+        out.print(f"reusing {router_dir}")
+    out.rule("4/4 retrieval: global vs regex-routed vs LoRA-routed vs oracle-scoped")
+    eval_retrieval(index_dir, data_dir / "test.jsonl", ["global", "regex", str(router_dir),
+                                                        f"{router_dir}:top2", "oracle"], k=k,
                    json_out=workdir / f"{dataset}-retrieval.json", plot=workdir / f"{dataset}-retrieval.png",
                    mode="hybrid", taxonomy=None)
 

@@ -195,3 +195,16 @@ def test_threshold_reaches_the_target_accuracy_or_abstains_on_everything():
     assert stats["abstain_rate"] == 1.0
     thr, stats = choose_threshold(conf, correct, target_abstain_rate=0.5)
     assert stats["abstain_rate"] == 0.5
+
+
+def test_onnx_export_matches_torch_and_serves(trained, bbc_queries, tmp_path):
+    from masdr_router.training.onnx_export import export_onnx
+
+    _, qs = bbc_queries
+    out = trained.router.save_pretrained(tmp_path / "router")
+    texts = [q.query for q in qs]
+    info = export_onnx(out, texts[:20])
+    assert info["max_abs_diff"] < 1e-4 and (out / "router.onnx").is_file()
+    assert json.loads((out / "router_config.json").read_text())["onnx"]["file"] == "router.onnx"
+    onnx_router = LoraRouter.from_pretrained(out, runtime="onnx")
+    np.testing.assert_allclose(onnx_router.predict_proba(texts), trained.router.predict_proba(texts), atol=1e-4)

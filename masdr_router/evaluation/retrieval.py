@@ -24,6 +24,7 @@ from ..config import SearchConfig
 from ..data import LabelledQuery
 from ..retrieval.index import Hit, ScopedIndex
 from ..routers import Router
+from ..routers.policy import search_plan
 from ..routers.reference import GlobalRouter, OracleRouter
 
 NONE_SCOPE = "(none)"
@@ -71,11 +72,14 @@ def confusion_matrix(index: ScopedIndex, queries: Sequence[LabelledQuery],
             "diagonal_mean": round(float(np.mean(diag)), 4) if diag else None}
 
 
-def evaluate_retrieval(index: ScopedIndex, queries: Sequence[LabelledQuery], routers: Mapping[str, Router], *,
-                       k: int = 10, cfg: SearchConfig | None = None, progress: bool = False) -> dict[str, Any]:
+def evaluate_retrieval(index: ScopedIndex, queries: Sequence[LabelledQuery],
+                       routers: Mapping[str, Router | tuple[Router, str]], *, k: int = 10,
+                       cfg: SearchConfig | None = None, progress: bool = False) -> dict[str, Any]:
     """Evaluate retrieval for several routing systems over the same index and queries.
 
-    Each router decides a scope per query; an abstention searches the global view. ``global`` and
+    A system is a router, or ``(router, policy)`` with a policy from
+    :mod:`masdr_router.routers.policy` (default ``router``: its own decision; an abstention
+    searches the global view). ``global`` and
     ``oracle`` are always run as well, since dilution is defined by them; ``systems`` in the report
     holds the requested routers only.
 
@@ -91,41 +95,47 @@ def evaluate_retrieval(index: ScopedIndex, queries: Sequence[LabelledQuery], rou
     qvecs = index.encode_queries(texts, progress=progress)
     encode_ms = (time.perf_counter() - t0) * 1000 / max(len(texts), 1)
     gold = {q.query: q.scope for q in queries}
-    systems = dict(routers)
-    internal = {"global": GlobalRouter(tax), "oracle": OracleRouter(tax, gold)}
-    for name, r in internal.items():
-        if isinstance(systems.get(name), OracleRouter):
-            systems[name] = r  # the CLI builds an oracle without gold labels
+    systems = {name: (r if isinstance(r, tuple) else (r, "router")) for name, r in routers.items()}
+    internal = {"global": (GlobalRouter(tax), "router"), "oracle": (OracleRouter(tax, gold), "router")}
+    for name, (r, policy) in list(systems.items()):
+        if isinstance(r, OracleRouter):
+            systems[name] = (internal["oracle"][0], policy)  # the CLI builds an oracle without gold labels
     all_systems = {**internal, **systems}
+    decided: dict[int, list[Any]] = {}
     n_total = len(index)
     out: dict[str, Any] = {"k": k, "search": cfg.to_dict(), "n_queries": len(queries),
                            "index": {"chunks": n_total, "per_scope": {s: len(index.shard_rows[s])
                                                                         for s in tax.names}},
                            "query_encode_ms": round(encode_ms, 3), "systems": {}}
     results: dict[str, list[list[Hit]]] = {}
-    for name, router in all_systems.items():
-        decisions = [router.route(q.query) for q in queries]
-        scopes = [d.search_scopes for d in decisions]
+    for name, (router, policy) in all_systems.items():
+        if id(router) not in decided:  # several policies of one router share its decisions
+            decided[id(router)] = router.route_batch(texts)
+        decisions = decided[id(router)]
+        plans = [search_plan(d, policy) for d in decisions]
+        scopes = [p[0] for p in plans]
         t0 = time.perf_counter()
-        res = index.search_many(texts, scopes, k, cfg, qvecs=qvecs)
+        res = index.search_many(texts, scopes, k, cfg, qvecs=qvecs, weights=[p[1] for p in plans])
         search_ms = (time.perf_counter() - t0) * 1000 / max(len(texts), 1)
         results[name] = res
         if name not in systems:
             continue
         p = [_precision(h, q.scope) for h, q in zip(res, queries)]
         rec = [_recall(h, q.relevant_ids) for h, q in zip(res, queries) if q.relevant_ids]
-        routed = [d for d in decisions if not d.abstained]
-        searched = [sum(len(index.shard_rows[s]) for s in d.search_scopes) / n_total if d.search_scopes else 1.0
-                    for d in decisions]
+        routed = [sc for sc in scopes if sc]
+        searched = [sum(len(index.shard_rows[s]) for s in sc) / n_total if sc else 1.0 for sc in scopes]
         out["systems"][name] = {
             "p_at_k": round(statistics.fmean(p), 4),
             "r_at_k": round(statistics.fmean(r for r, _ in rec), 4) if rec else None,
             "hit_at_k": round(statistics.fmean(h for _, h in rec), 4) if rec else None,
             "n_queries": len(queries),
             "n_with_relevant": len(rec),
+            "policy": policy,
             "routed_rate": round(len(routed) / len(decisions), 4),
             "routing_accuracy": round(sum(d.scope == q.scope for d, q in zip(decisions, queries))
                                       / len(queries), 4),
+            "gold_scope_searched": round(sum(q.scope in (sc or tax.names) for sc, q in zip(scopes, queries))
+                                         / len(queries), 4),
             "searched_fraction": round(statistics.fmean(searched), 4),
             "route_ms_p50": round(statistics.median(d.latency_ms for d in decisions), 4),
             "search_ms_mean": round(search_ms, 3),

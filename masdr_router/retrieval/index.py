@@ -230,12 +230,16 @@ class ScopedIndex:
         return out
 
     def search_many(self, queries: Sequence[str], scopes: Sequence[Sequence[str] | None], k: int = 10,
-                    cfg: SearchConfig | None = None, *, qvecs: np.ndarray | None = None) -> list[list[Hit]]:
+                    cfg: SearchConfig | None = None, *, qvecs: np.ndarray | None = None,
+                    weights: Sequence[Sequence[float] | None] | None = None) -> list[list[Hit]]:
         """Search each query inside its scopes (``None`` = global view). Queries that share a
-        scope are searched as one batch. Several scopes for one query are fused by RRF."""
+        scope are searched as one batch. Several scopes for one query are fused by RRF, weighted
+        by ``weights[i]`` (one weight per scope, e.g. the router's probabilities) when given."""
         cfg = cfg or SearchConfig()
         if len(scopes) != len(queries):
             raise ValueError("need one scope list per query")
+        if weights is not None and len(weights) != len(queries):
+            raise ValueError("need one weight list (or None) per query")
         queries = [validate_query(q) for q in queries]
         if qvecs is None:
             qvecs = self.encode_queries(queries)
@@ -249,11 +253,16 @@ class ScopedIndex:
             for qi, r in zip(qis, ranked):
                 per_query[qi][s] = r
         results = []
-        for by_scope in per_query:
+        for qi, by_scope in enumerate(per_query):
             if len(by_scope) == 1:
                 ranked = next(iter(by_scope.values()))
             else:
-                ranked = rrf_fuse([[r for r, _ in lst] for lst in by_scope.values()], k=cfg.rrf_k, top=k)
+                order = list(by_scope)  # the query's scopes, first occurrence order
+                w = None
+                if weights is not None and weights[qi] is not None:
+                    given = dict(zip(scopes[qi] or [], weights[qi]))
+                    w = [given[s] for s in order]
+                ranked = rrf_fuse([[r for r, _ in by_scope[s]] for s in order], w, k=cfg.rrf_k, top=k)
             results.append([self._hit(r, s) for r, s in ranked])
         return results
 

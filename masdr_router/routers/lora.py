@@ -48,9 +48,10 @@ class LoraRouter(Router):
 
     def __init__(self, taxonomy: Taxonomy, model: Any, tokenizer: Any, *, temperature: float = 1.0,
                  threshold: float = 0.0, below_threshold: str = "abstain", max_length: int = 64,
-                 meta: dict[str, Any] | None = None, device: str | None = None) -> None:
+                 meta: dict[str, Any] | None = None, device: str | None = None, onnx: Any = None) -> None:
         super().__init__(taxonomy)
         self.model = model.eval()
+        self.onnx = onnx  # an OnnxLogits session: serve logits from onnxruntime instead of torch
         self.tokenizer = tokenizer
         self.labels = taxonomy.names
         self.temperature = float(temperature)
@@ -65,6 +66,12 @@ class LoraRouter(Router):
         import torch
 
         out = []
+        if self.onnx is not None:
+            for i in range(0, len(texts), batch_size):
+                enc = self.tokenizer(texts[i:i + batch_size], padding=True, truncation=True,
+                                     max_length=self.max_length, return_tensors="np")
+                out.append(self.onnx(enc["input_ids"], enc["attention_mask"]))
+            return np.concatenate(out) if out else np.zeros((0, len(self.labels)), np.float32)
         self.model.eval()
         with torch.inference_mode():
             for i in range(0, len(texts), batch_size):
@@ -155,8 +162,11 @@ class LoraRouter(Router):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, taxonomy: Taxonomy | None = None,
-                        device: str = "auto") -> LoraRouter:
-        """Load an exported router on CPU or GPU; refuse one trained for another taxonomy."""
+                        device: str = "auto", runtime: str = "torch") -> LoraRouter:
+        """Load an exported router on CPU or GPU; refuse one trained for another taxonomy.
+
+        ``runtime="onnx"`` serves the logits from ``router.onnx`` with onnxruntime (CPU); the
+        artifact must have been exported with ``masdr export onnx``."""
         import torch
         from safetensors.torch import load_file
         from transformers import AutoModel, AutoTokenizer
@@ -180,6 +190,15 @@ class LoraRouter(Router):
                 f"'{taxonomy.name}' ({taxonomy.fingerprint}); retrain it with `masdr train`")
         if stored.fingerprint != want or stored.names != cfg["labels"]:
             raise MasdrError(f"{path}: taxonomy.yaml does not match router_config.json (artifact corrupted?)")
+        if runtime not in {"torch", "onnx"}:
+            raise MasdrError(f"runtime must be torch or onnx, got {runtime!r}")
+        onnx = None
+        if runtime == "onnx":
+            from ..training.onnx_export import ONNX_FILE, OnnxLogits
+
+            if not (path / ONNX_FILE).is_file():
+                raise MasdrError(f"{path} has no {ONNX_FILE}; export it with `masdr export onnx --router {path}`")
+            onnx, device = OnnxLogits(path / ONNX_FILE), "cpu"
         dev = resolve_device(device)
         hf_logging.disable_progress_bar()
         encoder = AutoModel.from_pretrained(path / "encoder")
@@ -193,4 +212,4 @@ class LoraRouter(Router):
         meta = {k: cfg[k] for k in ("base_model", "lora", "train") if k in cfg}
         return cls(taxonomy or stored, model, tokenizer, temperature=cfg["temperature"], threshold=cfg["threshold"],
                    below_threshold=cfg.get("below_threshold", "abstain"), max_length=cfg["max_length"], meta=meta,
-                   device=dev)
+                   device=dev, onnx=onnx)
