@@ -193,6 +193,8 @@ def eval_retrieval(
     plot: Annotated[Path | None, typer.Option(help="write confusion matrices and dilution as a PNG")] = None,
     mode: Annotated[str, typer.Option(help="dense, bm25 or hybrid")] = "hybrid",
     taxonomy: Annotated[Path | None, typer.Option(help="check the index against this taxonomy")] = None,
+    global_head: Annotated[int, typer.Option(help="recall guard: keep the global top-N chunks in scoped "
+                                             "results")] = 0,
 ) -> None:
     """Global vs routed vs oracle retrieval: P@k, R@k, hit@k, dilution δ per scope, source confusion."""
     from .config import SearchConfig
@@ -202,7 +204,7 @@ def eval_retrieval(
     from .routers import load_router
     from .taxonomy import Taxonomy
 
-    cfg = SearchConfig(mode=mode)
+    cfg = SearchConfig(mode=mode, global_head=global_head)
     tax = Taxonomy.from_yaml(taxonomy) if taxonomy else None
     idx = ScopedIndex.load(index, taxonomy=tax)
     qs = read_queries(queries, idx.taxonomy)

@@ -82,8 +82,13 @@ class SearchConfig(ConfigBase):
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
     candidates: int = field(default=50, metadata={"help": "per-retriever depth fused by RRF"})
+    global_head: int = field(default=0, metadata={
+        "help": "recall guard: keep the top-N chunks of a global search in every scoped result, so a misrouted "
+                "query still sees the corpus' clearest matches (0 = pure scoped search)"})
 
     def __post_init__(self) -> None:
+        if self.global_head < 0:
+            raise ValueError(f"global_head must be >= 0, got {self.global_head}")
         if self.mode not in {"dense", "bm25", "hybrid"}:
             raise ValueError(f"mode must be dense, bm25 or hybrid, got {self.mode!r}")
         if self.rrf_k < 0 or self.candidates <= 0 or self.dense_weight < 0 or self.bm25_weight < 0:

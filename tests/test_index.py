@@ -130,3 +130,12 @@ def test_gpu_search_matches_cpu(bbc_index):
     cpu = DenseShard(bbc_index.embeddings, backend="torch", device="cpu").search(q, 10)
     gpu = DenseShard(bbc_index.embeddings, backend="torch", device="cuda").search(q, 10)
     np.testing.assert_array_equal(cpu[1], gpu[1])
+
+
+def test_recall_guard_keeps_the_global_head_in_scoped_results(bbc_index):
+    q = "shares fell after the profit warning"
+    top_global = bbc_index.search(q, k=10)[:2]
+    guarded = bbc_index.search(q, scopes=["entertainment"], k=10, cfg=SearchConfig(global_head=2))
+    assert [h.row for h in guarded[:2]] == [h.row for h in top_global]
+    assert len(guarded) == 10 and len({h.row for h in guarded}) == 10
+    assert all("entertainment" in h.scopes for h in guarded[2:])

@@ -247,6 +247,8 @@ class ScopedIndex:
         for qi, sc in enumerate(scopes):
             for s in (sc if sc else [GLOBAL]):
                 groups.setdefault(s, []).append(qi)
+            if sc and cfg.global_head > 0:  # the recall guard needs the global ranking too
+                groups.setdefault(GLOBAL, []).append(qi)
         per_query: list[dict[str | None, list[tuple[int, float]]]] = [{} for _ in queries]
         for s, qis in groups.items():
             ranked = self.search_shard(s, [queries[i] for i in qis], qvecs[qis], k, cfg)
@@ -254,6 +256,9 @@ class ScopedIndex:
                 per_query[qi][s] = r
         results = []
         for qi, by_scope in enumerate(per_query):
+            head: list[tuple[int, float]] = []
+            if scopes[qi] and cfg.global_head > 0:
+                head = by_scope.pop(GLOBAL)[: cfg.global_head]
             if len(by_scope) == 1:
                 ranked = next(iter(by_scope.values()))
             else:
@@ -263,6 +268,9 @@ class ScopedIndex:
                     given = dict(zip(scopes[qi] or [], weights[qi]))
                     w = [given[s] for s in order]
                 ranked = rrf_fuse([[r for r, _ in by_scope[s]] for s in order], w, k=cfg.rrf_k, top=k)
+            if head:
+                kept = {r for r, _ in head}
+                ranked = head + [(r, s) for r, s in ranked if r not in kept][: k - len(head)]
             results.append([self._hit(r, s) for r, s in ranked])
         return results
 
