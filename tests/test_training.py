@@ -208,3 +208,16 @@ def test_onnx_export_matches_torch_and_serves(trained, bbc_queries, tmp_path):
     assert json.loads((out / "router_config.json").read_text())["onnx"]["file"] == "router.onnx"
     onnx_router = LoraRouter.from_pretrained(out, runtime="onnx")
     np.testing.assert_allclose(onnx_router.predict_proba(texts), trained.router.predict_proba(texts), atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_training_and_inference_use_cuda_when_present(bbc_queries, tmp_path):
+    tax, qs = bbc_queries
+    result = train_router(tax, qs, None, TrainConfig(**{**FAST, "device": "auto"}))
+    assert result.extra["device"] == "cuda" and result.extra["mixed_precision"] in {"bf16", "fp16"}
+    out = result.router.save_pretrained(tmp_path / "router")
+    texts = [q.query for q in qs]
+    on_gpu = LoraRouter.from_pretrained(out, device="cuda").predict_proba(texts)
+    on_cpu = LoraRouter.from_pretrained(out, device="cpu").predict_proba(texts)
+    assert (on_gpu.argmax(1) == on_cpu.argmax(1)).mean() > 0.95  # bf16 may flip a near-tie
+    np.testing.assert_allclose(on_gpu, on_cpu, atol=0.05)

@@ -1,0 +1,137 @@
+"""A thin client for OpenAI-compatible chat endpoints (vLLM, llama.cpp server, OpenAI).
+
+It uses the official ``openai`` SDK, which already retries 408/409/429/5xx and connection errors
+with exponential backoff; this module adds what routing needs on top: choice-constrained answers
+in each server's dialect, bounded-concurrency batches, streaming, and one error type.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ..errors import MasdrError
+from .config import LLMConfig
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class LLMError(MasdrError):
+    """The endpoint was unreachable, timed out, or answered something unusable."""
+
+
+def choice_constraint(dialect: str, choices: Sequence[str], *, key: str = "scope") -> dict[str, Any]:
+    """Request fields that make the server answer with exactly one of ``choices``.
+
+    - ``openai``: ``response_format`` with a strict JSON schema whose ``key`` is an enum
+      (OpenAI structured outputs; llama.cpp server turns it into a grammar).
+    - ``vllm``: ``structured_outputs: {"choice": [...]}`` (vLLM >= 0.10), sent as extra body.
+    - ``vllm-legacy``: ``guided_choice: [...]`` (earlier vLLM), sent as extra body.
+
+    >>> choice_constraint("vllm", ["a", "b"])
+    {'extra_body': {'structured_outputs': {'choice': ['a', 'b']}}}
+    """
+    choices = list(choices)
+    if dialect == "vllm":
+        return {"extra_body": {"structured_outputs": {"choice": choices}}}
+    if dialect == "vllm-legacy":
+        return {"extra_body": {"guided_choice": choices}}
+    schema = {"type": "object", "properties": {key: {"type": "string", "enum": choices}},
+              "required": [key], "additionalProperties": False}
+    return {"response_format": {"type": "json_schema",
+                                "json_schema": {"name": "choice", "strict": True, "schema": schema}}}
+
+
+def parse_choice(dialect: str, content: str | None, choices: Sequence[str], *, key: str = "scope") -> str:
+    """The chosen label from a constrained answer; :class:`LLMError` when it is not one of them."""
+    text = (content or "").strip()
+    if dialect == "openai":
+        try:
+            value = json.loads(text)[key]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise LLMError(f"answer is not the requested JSON object: {text[:120]!r}") from None
+    else:
+        value = text.strip('"').strip()
+    if value not in choices:
+        raise LLMError(f"answer {str(value)[:80]!r} is not one of the {len(choices)} allowed labels")
+    return str(value)
+
+
+class LLMClient:
+    """Chat with an OpenAI-compatible endpoint.
+
+    >>> client = LLMClient(LLMConfig(base_url="http://127.0.0.1:8080/v1"))      # doctest: +SKIP
+    >>> client.choose([{"role": "user", "content": "Sport or tech? 'Cup final'"}], ["sport", "tech"])  # doctest: +SKIP
+    'sport'
+    """
+
+    def __init__(self, config: LLMConfig | None = None) -> None:
+        import openai
+
+        self.config = config or LLMConfig()
+        # A placeholder key keeps the SDK happy against local servers that need none.
+        key = os.environ.get(self.config.api_key_env) or "not-needed"
+        self._client = openai.OpenAI(base_url=self.config.base_url, api_key=key, timeout=self.config.timeout_s,
+                                     max_retries=self.config.max_retries)
+
+    def _create(self, messages: list[dict[str, Any]], **kw: Any) -> Any:
+        import openai
+
+        params = {"model": self.config.model, "messages": messages, "temperature": self.config.temperature,
+                  "max_tokens": self.config.max_tokens, **kw}
+        try:
+            return self._client.chat.completions.create(**params)
+        except openai.APITimeoutError:
+            raise LLMError(f"LLM endpoint {self.config.base_url} timed out after {self.config.timeout_s:g} s") from None
+        except openai.APIConnectionError:
+            raise LLMError(f"LLM endpoint {self.config.base_url} is unreachable") from None
+        except openai.APIStatusError as e:
+            raise LLMError(f"LLM endpoint {self.config.base_url} answered HTTP {e.status_code}") from None
+        except openai.OpenAIError as e:
+            raise LLMError(f"LLM endpoint {self.config.base_url} failed: {type(e).__name__}") from None
+        except ValueError:  # the SDK lets a non-JSON body through as a JSONDecodeError
+            raise LLMError(f"LLM endpoint {self.config.base_url} answered malformed data") from None
+
+    def chat(self, messages: list[dict[str, Any]], **kw: Any) -> str:
+        """The assistant's text for ``messages``."""
+        resp = self._create(messages, **kw)
+        try:
+            return resp.choices[0].message.content or ""
+        except (AttributeError, IndexError, TypeError):
+            raise LLMError("LLM endpoint returned a response without a message") from None
+
+    def choose(self, messages: list[dict[str, Any]], choices: Sequence[str], *, key: str = "scope",
+               max_tokens: int = 32, **kw: Any) -> str:
+        """One of ``choices``, constrained by the server (see :func:`choice_constraint`)."""
+        resp = self._create(messages, max_tokens=max_tokens,
+                            **choice_constraint(self.config.dialect, choices, key=key), **kw)
+        try:
+            content = resp.choices[0].message.content
+        except (AttributeError, IndexError, TypeError):
+            raise LLMError("LLM endpoint returned a response without a message") from None
+        return parse_choice(self.config.dialect, content, choices, key=key)
+
+    def stream(self, messages: list[dict[str, Any]], **kw: Any) -> Iterator[str]:
+        """Yield the answer's text as it is generated."""
+        for chunk in self._create(messages, stream=True, **kw):
+            delta = chunk.choices[0].delta.content if chunk.choices else None
+            if delta:
+                yield delta
+
+    def map(self, fn: Callable[[T], Any], items: Sequence[T]) -> list[Any]:
+        """``[fn(x) for x in items]`` with at most ``config.concurrency`` requests in flight."""
+        with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
+            return list(pool.map(fn, items))
+
+    def models(self) -> list[str]:
+        import openai
+
+        try:
+            return [m.id for m in self._client.models.list()]
+        except openai.OpenAIError as e:
+            raise LLMError(f"LLM endpoint {self.config.base_url} failed: {type(e).__name__}") from None

@@ -1,0 +1,142 @@
+"""The LLM side against a real OpenAI-compatible llama.cpp server on loopback (SmolLM2-135M),
+plus faults a real server cannot be made to produce on demand (see `faulty_server`)."""
+
+import http.server
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from masdr_router import Taxonomy, read_queries
+from masdr_router.llm.client import LLMClient, LLMError, choice_constraint, parse_choice
+from masdr_router.llm.config import LLMConfig
+from masdr_router.routers.llm import LLMRouter, build_messages
+
+
+@pytest.fixture(scope="module")
+def llm_server():
+    from masdr_router.llm.server import LocalLLMServer
+
+    with LocalLLMServer(n_ctx=4096, parallel=2) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(llm_server):
+    # generous timeout: two CPU cores shared with the rest of the test run
+    return LLMClient(LLMConfig(base_url=llm_server.base_url, timeout_s=300, max_retries=0, concurrency=2))
+
+
+def test_dialects_send_their_own_constraint_fields():
+    assert choice_constraint("vllm", ["a", "b"]) == {"extra_body": {"structured_outputs": {"choice": ["a", "b"]}}}
+    assert choice_constraint("vllm-legacy", ["a"]) == {"extra_body": {"guided_choice": ["a"]}}
+    rf = choice_constraint("openai", ["a", "b"])["response_format"]
+    assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
+    assert rf["json_schema"]["schema"]["properties"]["scope"]["enum"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("dialect, content, message", [
+    ("openai", "not json", "not the requested JSON object"),
+    ("openai", '{"scope": "weather"}', "'weather' is not one of the 2 allowed labels"),
+    ("openai", '{"other": "a"}', "not the requested JSON object"),
+    ("vllm", "weather", "'weather' is not one of the 2 allowed labels"),
+])
+def test_invalid_answers_are_errors(dialect, content, message):
+    with pytest.raises(LLMError, match=message):
+        parse_choice(dialect, content, ["a", "b"])
+    assert parse_choice("vllm", ' "a"\n', ["a", "b"]) == "a"
+
+
+def test_zero_shot_router_answers_only_valid_scope_names(client, bbc_small_dir):
+    tax = Taxonomy.from_yaml(bbc_small_dir / "taxonomy.yaml")
+    queries = read_queries(bbc_small_dir / "test.jsonl", tax)
+    decisions = LLMRouter(tax, client).route_batch([q.query for q in queries])
+    assert len(decisions) == len(queries) >= 5
+    assert all(d.scope in tax.names for d in decisions)  # 100 %: constrained, never free text
+    assert all(d.stage == "llm" and d.trace[0]["scope"] == d.scope for d in decisions)
+
+
+def test_streaming_yields_text(client):
+    parts = list(client.stream([{"role": "user", "content": "Name one colour."}], max_tokens=8))
+    assert parts and "".join(parts).strip()
+
+
+def test_prompt_lists_every_scope_with_its_description(bbc_small):
+    system = build_messages(bbc_small.taxonomy, "q")[0]["content"]
+    for s in bbc_small.taxonomy.scopes:
+        assert f"- {s.name}: {s.description}" in system
+
+
+# ---- faults --------------------------------------------------------------------------------------
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    mode = "garbage"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.mode == "hang":
+            time.sleep(5)
+            return
+        if self.mode == "garbage":
+            body = b"<html>this is not json"
+        else:  # a well-formed completion whose answer is not a scope
+            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": '{"scope": "weather"}'}}]
+                               }).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def faulty_server():
+    """A fake endpoint, only for faults a real llama.cpp server cannot be made to produce on demand:
+    hanging past the client's timeout, answering non-JSON, answering a label outside the enum."""
+    servers = []
+
+    def start(mode: str) -> str:
+        handler = type("H", (_Handler,), {"mode": mode})
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return f"http://127.0.0.1:{srv.server_address[1]}/v1"
+
+    yield start
+    for s in servers:
+        s.shutdown()
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("down", "is unreachable"), ("hang", "timed out after 0.5 s"),
+    ("garbage", "answered malformed data"), ("unknown-label", "'weather' is not one of"),
+])
+def test_endpoint_faults_become_abstentions_not_crashes(fault, message, faulty_server, bbc_small, caplog):
+    url = f"http://127.0.0.1:{_closed_port()}/v1" if fault == "down" else faulty_server(fault)
+    router = LLMRouter(bbc_small.taxonomy, LLMClient(LLMConfig(base_url=url, timeout_s=0.5, max_retries=0)))
+    d = router.route("Shares slide as profits fall")
+    assert d.abstained and d.stage == "llm"
+    assert d.trace and "error" in d.trace[0]
+    import re
+
+    assert re.search(message, d.trace[0]["error"]), d.trace[0]["error"]
+    assert "LLM router abstains" in caplog.text
+
+
+def test_api_key_is_read_from_env_and_never_in_config(monkeypatch):
+    monkeypatch.setenv("MASDR_LLM_API_KEY", "sk-secret-value")
+    c = LLMClient(LLMConfig())
+    assert "sk-secret" not in json.dumps(c.config.to_dict())
+    assert c._client.api_key == "sk-secret-value"
