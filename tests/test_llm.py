@@ -140,3 +140,42 @@ def test_api_key_is_read_from_env_and_never_in_config(monkeypatch):
     c = LLMClient(LLMConfig())
     assert "sk-secret" not in json.dumps(c.config.to_dict())
     assert c._client.api_key == "sk-secret-value"
+
+
+# ---- cascade -------------------------------------------------------------------------------------
+def test_cascade_records_which_stage_decided(client, bbc_small):
+    from masdr_router import RegexRouter
+    from masdr_router.routers.cascade import CascadeRouter, Stage
+
+    tax = bbc_small.taxonomy
+    cascade = CascadeRouter(tax, [Stage(RegexRouter(tax), 0.6), Stage(LLMRouter(tax, client))])
+    by_regex = cascade.route("Shares and profits slump as the bank bid fails")
+    assert by_regex.stage == "regex" and by_regex.scope == "business"
+    assert [t["stage"] for t in by_regex.trace] == ["regex"] and by_regex.trace[0]["accepted"]
+    by_llm = cascade.route("What happened to the old railway station?")  # no regex pattern matches this
+    assert by_llm.stage == "llm" and by_llm.scope in tax.names
+    assert [t["stage"] for t in by_llm.trace] == ["regex", "llm"]
+    assert not by_llm.trace[0]["accepted"] and by_llm.trace[1]["accepted"]
+    assert all(t["latency_ms"] >= 0 for t in by_llm.trace)
+
+
+def test_cascade_falls_back_to_global_search_when_every_stage_abstains(bbc_small):
+    from masdr_router import RegexRouter
+    from masdr_router.routers.cascade import CascadeRouter, Stage
+
+    tax = bbc_small.taxonomy
+    down = LLMClient(LLMConfig(base_url=f"http://127.0.0.1:{_closed_port()}/v1", timeout_s=1, max_retries=0))
+    cascade = CascadeRouter(tax, [Stage(RegexRouter(tax)), Stage(LLMRouter(tax, down))])
+    d = cascade.route("What happened to the old railway station?")
+    assert d.abstained and d.stage == "global" and d.search_scopes is None
+    assert [t["stage"] for t in d.trace] == ["regex", "llm", "global"]
+    assert "unreachable" in d.trace[1]["error"]
+
+
+def test_cascade_allows_at_most_one_llm_call(bbc_small):
+    from masdr_router.errors import MasdrError
+    from masdr_router.routers.cascade import CascadeRouter, Stage
+
+    llm = LLMRouter(bbc_small.taxonomy, LLMClient(LLMConfig()))
+    with pytest.raises(MasdrError, match="at most one LLM stage"):
+        CascadeRouter(bbc_small.taxonomy, [Stage(llm), Stage(llm)])

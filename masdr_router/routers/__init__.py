@@ -1,5 +1,5 @@
-"""Routers: regex rules, the trained LoRA router, reference routers (global, oracle); all share
-the :class:`Router` interface."""
+"""Routers: regex rules, the trained LoRA router, the zero-shot LLM router, the cascade, and
+reference routers (global, oracle); all share the :class:`Router` interface."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from typing import Any
 from ..errors import MasdrError
 from ..taxonomy import Taxonomy
 from .base import RouteDecision, Router, register_router, registered_routers
+from .cascade import CascadeRouter, Stage
+from .llm import LLMRouter
 from .reference import GlobalRouter, OracleRouter
 from .regex import RegexRouter
 
-__all__ = ["GlobalRouter", "OracleRouter", "RegexRouter", "RouteDecision", "Router", "load_router",
-           "register_router", "registered_routers"]
+__all__ = ["CascadeRouter", "GlobalRouter", "LLMRouter", "OracleRouter", "RegexRouter", "RouteDecision", "Router",
+           "Stage", "load_router", "register_router", "registered_routers"]
 
 
 def load_router(spec: str, taxonomy: Taxonomy, **kwargs: Any) -> Router:

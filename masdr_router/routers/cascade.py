@@ -1,0 +1,76 @@
+"""The cascade router (Hybrid-Routed and beyond): regex -> trained LoRA -> zero-shot LLM -> global.
+
+Each stage answers only when it is confident enough (its own threshold); otherwise the next stage
+tries. When every stage abstains the query is searched globally. The decision carries a trace:
+which stage decided, with what confidence, and how long every stage took. An LLM stage may appear
+at most once, so a query costs at most one router LLM call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import MasdrError
+from ..taxonomy import Taxonomy
+from .base import RouteDecision, Router
+
+
+@dataclass
+class Stage:
+    """One cascade stage: a router and the confidence it needs to decide (``None``: its own call)."""
+
+    router: Router
+    threshold: float | None = None
+
+    def accepts(self, d: RouteDecision) -> bool:
+        if d.abstained:
+            return False
+        if self.threshold is None or d.confidence is None:
+            return True
+        return d.confidence >= self.threshold
+
+
+class CascadeRouter(Router):
+    """Route with the first confident stage.
+
+    >>> cascade = CascadeRouter(tax, [Stage(RegexRouter(tax)), Stage(lora, 0.9), Stage(llm)])  # doctest: +SKIP
+    >>> cascade.route("Shares slide as profits fall").stage                                    # doctest: +SKIP
+    'regex'
+    """
+
+    name = "cascade"
+
+    def __init__(self, taxonomy: Taxonomy, stages: Sequence[Stage]) -> None:
+        super().__init__(taxonomy)
+        if not stages:
+            raise MasdrError("a cascade needs at least one stage")
+        names = [s.router.name for s in stages]
+        if names.count("llm") > 1:
+            raise MasdrError("a cascade may have at most one LLM stage (one router LLM call per query)")
+        for s in stages:
+            if s.router.taxonomy.fingerprint != taxonomy.fingerprint:
+                raise MasdrError(f"cascade stage '{s.router.name}' was built for taxonomy "
+                                 f"'{s.router.taxonomy.name}', not '{taxonomy.name}'")
+        self.stages = list(stages)
+
+    def _route(self, query: str) -> RouteDecision:
+        trace = []
+        for stage in self.stages:
+            t0 = time.perf_counter()
+            d = stage.router.route(query)
+            ms = (time.perf_counter() - t0) * 1000
+            ok = stage.accepts(d)
+            entry = {"stage": stage.router.name, "scope": d.scope, "confidence": d.confidence,
+                     "threshold": stage.threshold, "accepted": ok, "latency_ms": round(ms, 3)}
+            errors = [t["error"] for t in d.trace if "error" in t]
+            if errors:
+                entry["error"] = errors[0]
+            trace.append(entry)
+            if ok:
+                return RouteDecision(scope=d.scope, scores=d.scores, stage=stage.router.name,
+                                     confidence=d.confidence, trace=tuple(trace), fallback=d.fallback)
+        last = trace[-1]
+        return RouteDecision(scope=None, stage="global", trace=(*trace, {"stage": "global", "accepted": True}),
+                             confidence=last.get("confidence"))
