@@ -30,8 +30,9 @@ def choice_constraint(dialect: str, choices: Sequence[str], *, key: str = "scope
 
     - ``openai``: ``response_format`` with a strict JSON schema whose ``key`` is an enum
       (OpenAI structured outputs; llama.cpp server turns it into a grammar).
-    - ``vllm``: ``structured_outputs: {"choice": [...]}`` (vLLM >= 0.10), sent as extra body.
-    - ``vllm-legacy``: ``guided_choice: [...]`` (earlier vLLM), sent as extra body.
+    - ``vllm``: ``structured_outputs: {"choice": [...]}``, sent as extra body (vLLM docs,
+      features/structured_outputs: the form that replaced ``guided_choice``, removed in v0.12.0).
+    - ``vllm-legacy``: ``guided_choice: [...]`` for vLLM before 0.12, sent as extra body.
 
     >>> choice_constraint("vllm", ["a", "b"])
     {'extra_body': {'structured_outputs': {'choice': ['a', 'b']}}}

@@ -17,7 +17,7 @@ class LLMConfig(ConfigBase):
     api_key_env: str = field(default="MASDR_LLM_API_KEY", metadata={"help": "env var holding the API key"})
     dialect: str = field(default="openai", metadata={
         "help": "'openai' (response_format json_schema; llama.cpp, OpenAI) or 'vllm' (structured_outputs "
-                "choice) or 'vllm-legacy' (guided_choice, vLLM < 0.10)"})
+                "choice) or 'vllm-legacy' (guided_choice, removed in vLLM 0.12)"})
     timeout_s: float = 30.0
     max_retries: int = field(default=3, metadata={"help": "retries with backoff on 429/5xx/connection errors"})
     concurrency: int = field(default=4, metadata={"help": "parallel requests in batch evaluation"})
