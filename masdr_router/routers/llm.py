@@ -42,11 +42,11 @@ class LLMRouter(Router):
 
     def __init__(self, taxonomy: Taxonomy, client: Any = None, **client_kwargs: Any) -> None:
         super().__init__(taxonomy)
-        if client is None:
+        if client is None:  # `--router llm`: the endpoint comes from MASDR_LLM_* variables
             from ..llm.client import LLMClient
             from ..llm.config import LLMConfig
 
-            client = LLMClient(LLMConfig(**client_kwargs))
+            client = LLMClient(LLMConfig.from_env(**client_kwargs))
         self.client = client
 
     def _route(self, query: str) -> RouteDecision:

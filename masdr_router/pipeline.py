@@ -1,0 +1,146 @@
+"""Scope-first RAG: route -> scoped hybrid retrieval -> ONE synthesis call that answers only from
+the retrieved chunks and cites them.
+
+The answer is requested as constrained JSON whose ``citations`` may only name the ids of the
+chunks that were retrieved, so a citation can never point outside the searched scope. When the
+router is unsure, the routing policy decides what is searched (global, top-2 fused, ...) and the
+trace says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import SearchConfig
+from .query import validate_query
+from .retrieval.index import Hit, ScopedIndex
+from .routers.base import RouteDecision, Router
+from .routers.policy import search_plan
+
+log = logging.getLogger(__name__)
+
+SYNTHESIS_PROMPT = """Answer the question using only the sources below. Cite the ids of the sources \
+you used. If the sources do not contain the answer, say that you do not know.
+
+{sources}"""
+
+
+@dataclass
+class Answer:
+    """What ``ScopedRAG.ask`` returns: the answer, its citations, and how it was found."""
+
+    question: str
+    answer: str
+    citations: list[str]
+    decision: RouteDecision
+    searched_scopes: list[str] | None
+    hits: list[Hit]
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    llm_calls: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"question": self.question, "answer": self.answer, "citations": self.citations,
+                "scope": self.decision.scope, "searched_scopes": self.searched_scopes,
+                "retrieved": [{"chunk_id": h.chunk_id, "doc_id": h.doc_id, "scopes": list(h.scopes),
+                               "score": round(h.score, 6)} for h in self.hits],
+                "router": self.decision.to_dict(), "trace": self.trace, "llm_calls": self.llm_calls}
+
+
+def answer_schema(chunk_ids: list[str], max_answer_chars: int = 600) -> dict[str, Any]:
+    """JSON schema of a synthesis answer whose citations can only be retrieved chunk ids.
+
+    Citations come first: grammar-constrained servers generate properties in schema order, so the
+    sources are committed before the free text, and a long answer cut off by the token limit still
+    leaves valid citations. The answer's length is bounded for the same reason."""
+    return {"type": "object", "additionalProperties": False, "required": ["citations", "answer"],
+            "properties": {"citations": {"type": "array", "items": {"type": "string", "enum": chunk_ids},
+                                         "minItems": 1, "maxItems": len(chunk_ids)},
+                           "answer": {"type": "string", "maxLength": max_answer_chars}}}
+
+
+def _structured(dialect: str, schema: dict[str, Any]) -> dict[str, Any]:
+    if dialect == "vllm":
+        return {"extra_body": {"structured_outputs": {"json": schema}}}
+    if dialect == "vllm-legacy":
+        return {"extra_body": {"guided_json": schema}}
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": "answer", "strict": True,
+                                                                       "schema": schema}}}
+
+
+class ScopedRAG:
+    """The answer path.
+
+    >>> rag = ScopedRAG(ScopedIndex.load("runs/idx"), RegexRouter(tax), LLMClient(LLMConfig()))  # doctest: +SKIP
+    >>> rag.ask("Who won the cup final?").citations                                              # doctest: +SKIP
+    ['bbc-sport-042#0']
+    """
+
+    def __init__(self, index: ScopedIndex, router: Router, client: Any, *, k: int = 4,
+                 search: SearchConfig | None = None, policy: str = "router", max_chunk_words: int = 120,
+                 max_answer_tokens: int = 256) -> None:
+        self.index, self.router, self.client = index, router, client
+        self.k, self.search, self.policy = k, search or SearchConfig(), policy
+        self.max_chunk_words, self.max_answer_tokens = max_chunk_words, max_answer_tokens
+
+    def retrieve(self, question: str) -> tuple[RouteDecision, list[str] | None, list[Hit], list[dict[str, Any]]]:
+        question = validate_query(question)
+        decision = self.router.route(question)
+        scopes, weights = search_plan(decision, self.policy)
+        t0 = time.perf_counter()
+        hits = self.index.search_many([question], [scopes], self.k, self.search,
+                                      weights=[weights] if weights else None)[0]
+        trace = [*decision.trace] if decision.trace else [{"stage": decision.stage, "scope": decision.scope}]
+        trace.append({"stage": "retrieve", "scopes": scopes or "global", "policy": self.policy,
+                      "reason": "routed" if decision.scope else "router abstained",
+                      "hits": len(hits), "latency_ms": round((time.perf_counter() - t0) * 1000, 3)})
+        return decision, scopes, hits, trace
+
+    def ask(self, question: str) -> Answer:
+        """Route, retrieve, and answer with one LLM call (plus the router's own call, if any)."""
+        from .llm.client import LLMError
+
+        decision, scopes, hits, trace = self.retrieve(question)
+        llm_calls = sum(1 for t in trace if t.get("stage") == "llm")
+        if not hits:
+            trace.append({"stage": "synthesis", "skipped": "nothing retrieved"})
+            return Answer(question, "I do not know: nothing was retrieved for this question.", [], decision,
+                          scopes, hits, trace, llm_calls)
+        ids = [h.chunk_id for h in hits]
+        sources = "\n\n".join(f"[{h.chunk_id}] {' '.join(h.text.split()[: self.max_chunk_words])}" for h in hits)
+        messages = [{"role": "system", "content": SYNTHESIS_PROMPT.format(sources=sources)},
+                    {"role": "user", "content": question}]
+        t0 = time.perf_counter()
+        try:
+            raw = self.client.chat(messages, max_tokens=self.max_answer_tokens,
+                                   **_structured(self.client.config.dialect, answer_schema(ids)))
+            text, cited = self._parse(raw, ids)
+            error = None
+        except LLMError as e:
+            log.warning("synthesis failed: %s", e)
+            text, cited, error = "The answer could not be generated (the LLM endpoint failed).", [], str(e)
+        llm_calls += 1
+        entry: dict[str, Any] = {"stage": "synthesis", "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
+                                 "citations": len(cited)}
+        if error:
+            entry["error"] = error
+        trace.append(entry)
+        return Answer(question, text, cited, decision, scopes, hits, trace, llm_calls)
+
+    @staticmethod
+    def _parse(raw: str, ids: list[str]) -> tuple[str, list[str]]:
+        """Answer text and the cited ids that really were retrieved (anything else is dropped)."""
+        try:
+            obj = json.loads(raw)
+            text, cited = str(obj.get("answer", "")).strip(), [str(c) for c in obj.get("citations", [])]
+        except (json.JSONDecodeError, AttributeError):
+            # cut off by the token limit, or a server that ignored the schema: salvage what is there
+            m = re.search(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)', raw)
+            text = m.group(1).strip() if m else raw.strip()
+            cited = re.findall(r'"([^"]+)"', raw.split('"answer"')[0]) + re.findall(r"\[([^\[\]]+)\]", raw)
+        allowed = set(ids)
+        return text, list(dict.fromkeys(c for c in cited if c in allowed))

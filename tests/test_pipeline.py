@@ -1,0 +1,60 @@
+"""The answer path end to end against the real local LLM server: route -> scoped retrieval ->
+one synthesis call whose citations are retrieved, in-scope chunk ids."""
+
+import json
+import socket
+
+from test_cli import masdr
+
+from masdr_router import RegexRouter
+from masdr_router.llm.client import LLMClient
+from masdr_router.llm.config import LLMConfig
+from masdr_router.pipeline import ScopedRAG
+
+
+def test_answer_cites_only_retrieved_in_scope_chunks(bbc_index, client):
+    rag = ScopedRAG(bbc_index, RegexRouter(bbc_index.taxonomy), client, k=3)
+    ans = rag.ask("Why did shares in the bank fall after the profit warning?")
+    assert ans.decision.scope == "business" and ans.searched_scopes == ["business"]
+    assert all("business" in h.scopes for h in ans.hits) and len(ans.hits) == 3
+    assert ans.answer and ans.citations
+    assert set(ans.citations) <= {h.chunk_id for h in ans.hits}
+    assert ans.llm_calls == 1
+    assert [t["stage"] for t in ans.trace] == ["regex", "retrieve", "synthesis"]
+
+
+def test_abstaining_router_searches_globally_and_says_so(bbc_index, client):
+    ans = ScopedRAG(bbc_index, RegexRouter(bbc_index.taxonomy), client, k=2).ask(
+        "What happened to the old railway station?")
+    assert ans.decision.abstained and ans.searched_scopes is None
+    retrieve = next(t for t in ans.trace if t["stage"] == "retrieve")
+    assert retrieve["scopes"] == "global" and retrieve["reason"] == "router abstained"
+
+
+def test_synthesis_endpoint_down_gives_an_answer_not_a_crash(bbc_index):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = LLMClient(LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", timeout_s=1, max_retries=0))
+    ans = ScopedRAG(bbc_index, RegexRouter(bbc_index.taxonomy), down, k=2).ask("Shares fall at the bank")
+    assert ans.citations == [] and "could not be generated" in ans.answer
+    assert "unreachable" in ans.trace[-1]["error"]
+
+
+def test_cli_ask_with_the_embedded_server(bbc_index_dir):
+    p = masdr("ask", "--index", bbc_index_dir, "--router", "regex", "--local", "--k", 2, "--json",
+              "Who won the match after a late goal?")
+    assert p.returncode == 0, p.stderr
+    ans = json.loads(p.stdout)
+    assert ans["scope"] == "sport" and ans["searched_scopes"] == ["sport"]
+    retrieved = {r["chunk_id"] for r in ans["retrieved"]}
+    assert all("sport" in r["scopes"] for r in ans["retrieved"])
+    assert ans["citations"] and set(ans["citations"]) <= retrieved
+
+
+def test_a_truncated_or_unschemaed_answer_keeps_only_retrieved_citations():
+    ids = ["d1#0", "d2#0"]
+    assert ScopedRAG._parse('{"citations": ["d2#0"], "answer": "Because prof', ids) == ("Because prof", ["d2#0"])
+    assert ScopedRAG._parse("Profits fell [d1#0] as costs rose [x#9].", ids) == (
+        "Profits fell [d1#0] as costs rose [x#9].", ["d1#0"])
+    assert ScopedRAG._parse('{"citations": ["d1#0", "d1#0"], "answer": "ok"}', ids) == ("ok", ["d1#0"])
