@@ -461,32 +461,38 @@ def demo(
     k: int = 10,
 ) -> None:
     """The main job on the embedded default: fetch a real data set, build the scoped index with
-    MiniLM, train + calibrate + export a LoRA router, and compare global vs regex-routed vs
-    LoRA-routed vs oracle-scoped retrieval on the held-out test queries. Finished steps are reused."""
+    MiniLM, train + calibrate + export a LoRA router, compare global vs regex-routed vs LoRA-routed
+    vs oracle-scoped retrieval on the held-out test queries, and answer one test question end to
+    end through the embedded local LLM server. Finished steps are reused."""
     data_dir, index_dir = workdir / dataset, workdir / f"{dataset}-index"
     router_dir = router_out or Path("checkpoints") / f"{dataset}-router"
     if not (data_dir / "dataset.json").is_file():
-        out.rule(f"1/4 data: {dataset}")
+        out.rule(f"1/5 data: {dataset}")
         data_prepare(dataset, data_dir, max_docs_per_scope=max_docs_per_scope, seed=0, val=0.1, test=0.2,
                      overwrite=data_dir.exists())
     else:
         out.print(f"reusing {data_dir}")
     if not (index_dir / "manifest.json").is_file():
-        out.rule("2/4 index: MiniLM embeddings, one FAISS + BM25 shard per scope")
+        out.rule("2/5 index: MiniLM embeddings, one FAISS + BM25 shard per scope")
         index_build(data_dir / "taxonomy.yaml", data_dir / "corpus.jsonl", index_dir, overwrite=index_dir.exists())
     else:
         out.print(f"reusing {index_dir}")
     if not (router_dir / "router_config.json").is_file():
-        out.rule(f"3/4 router: LoRA on MiniLM, calibrated, exported to {router_dir}")
+        out.rule(f"3/5 router: LoRA on MiniLM, calibrated, exported to {router_dir}")
         train(data_dir / "taxonomy.yaml", data_dir / "train.jsonl", router_dir, val=data_dir / "val.jsonl",
               test=data_dir / "test.jsonl", config=None, set_=None, overwrite=router_dir.exists())
     else:
         out.print(f"reusing {router_dir}")
-    out.rule("4/4 retrieval: global vs regex-routed vs LoRA-routed vs oracle-scoped")
+    out.rule("4/5 retrieval: global vs regex-routed vs LoRA-routed vs oracle-scoped")
     eval_retrieval(index_dir, data_dir / "test.jsonl", ["global", "regex", str(router_dir),
                                                         f"{router_dir}:top2", "oracle"], k=k,
                    json_out=workdir / f"{dataset}-retrieval.json", plot=workdir / f"{dataset}-retrieval.png",
                    mode="hybrid", taxonomy=None)
+    from .data import read_queries
+
+    question = read_queries(data_dir / "test.jsonl")[0].query
+    out.rule("5/5 answer: LoRA route -> scoped search -> one call to the embedded SmolLM2 server")
+    ask(question, index_dir, [str(router_dir)], k=3, policy="router", llm_url=None, local=True, as_json=False)
 
 
 def main() -> None:
