@@ -165,3 +165,21 @@ def test_cascade_allows_at_most_one_llm_call(bbc_small):
     llm = LLMRouter(bbc_small.taxonomy, LLMClient(LLMConfig()))
     with pytest.raises(MasdrError, match="at most one LLM stage"):
         CascadeRouter(bbc_small.taxonomy, [Stage(llm), Stage(llm)])
+
+
+def test_eval_router_cli_with_llm_and_cascade(llm_server, bbc_small_dir, tmp_path, monkeypatch):
+    from test_cli import masdr
+
+    monkeypatch.setenv("MASDR_LLM_BASE_URL", llm_server.base_url)
+    out = tmp_path / "r.json"
+    p = masdr("eval", "router", "--router", "llm", "--router", "cascade", "--router", "regex", "--taxonomy",
+              bbc_small_dir / "taxonomy.yaml", "--queries", bbc_small_dir / "test.jsonl", "--json", out)
+    assert p.returncode == 0, p.stderr
+    reports = json.loads(out.read_text())
+    for name in ("llm", "cascade", "regex"):
+        assert {"accuracy", "macro_f1", "per_scope", "abstain_rate", "latency_ms", "throughput_qps"} <= set(
+            reports[name])
+    assert reports["llm"]["llm_calls_per_query"] == 1.0 and reports["llm"]["abstain_rate"] == 0.0
+    assert reports["regex"]["llm_calls_per_query"] == 0.0
+    # the cascade calls the LLM exactly for the queries the rules abstain on
+    assert reports["cascade"]["llm_calls_per_query"] == pytest.approx(reports["regex"]["abstain_rate"], abs=1e-3)

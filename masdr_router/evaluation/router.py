@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,7 +88,15 @@ def evaluate_router(router: Router, queries: Sequence[LabelledQuery], *, through
                        "mean": round(statistics.fmean(latencies), 4)},
         "throughput_qps": round(throughput, 1),
         "throughput_batch": throughput_batch,
+        "llm_calls_per_query": round(statistics.fmean(_llm_calls(d) for d in decisions), 4),
+        "decided_by": dict(Counter(d.stage for d in decisions)),
     }
+
+
+def _llm_calls(d: Any) -> int:
+    if d.trace:
+        return sum(1 for t in d.trace if t.get("stage") == "llm")
+    return int(d.stage == "llm")
 
 
 def _reliability(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10) -> dict[str, list[float | int]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import MasdrError
 from ..taxonomy import Taxonomy
-from .base import RouteDecision, Router
+from .base import RouteDecision, Router, register_router
 
 
 @dataclass
@@ -74,3 +74,14 @@ class CascadeRouter(Router):
         last = trace[-1]
         return RouteDecision(scope=None, stage="global", trace=(*trace, {"stage": "global", "accepted": True}),
                              confidence=last.get("confidence"))
+
+
+@register_router("cascade")
+def hybrid_routed(taxonomy: Taxonomy, **llm_kwargs: object) -> CascadeRouter:
+    """``--router cascade``: the paper's Hybrid-Routed system, regex first and the zero-shot LLM
+    (endpoint from ``MASDR_LLM_*``) when the rules abstain. Build longer cascades (with a trained
+    router) in Python or with ``masdr ask --router regex --router DIR --router llm``."""
+    from .llm import LLMRouter
+    from .regex import RegexRouter
+
+    return CascadeRouter(taxonomy, [Stage(RegexRouter(taxonomy)), Stage(LLMRouter(taxonomy, **llm_kwargs))])
