@@ -262,7 +262,7 @@ class ScopedIndex:
             if len(by_scope) == 1:
                 ranked = next(iter(by_scope.values()))
             else:
-                order = list(by_scope)  # the query's scopes, first occurrence order
+                order = list(dict.fromkeys(scopes[qi] or []))  # the query's scopes, in its own order
                 w = None
                 if weights is not None and weights[qi] is not None:
                     given = dict(zip(scopes[qi] or [], weights[qi]))
