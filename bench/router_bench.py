@@ -144,6 +144,13 @@ def bench_dataset(name: str, max_docs: int | None, args: argparse.Namespace) -> 
                         "p50_ms": _latency(lambda t: centroid([t]), xte), "throughput_qps": _throughput(centroid, xte)}
     print("centroid", rows["centroid"], flush=True)
 
+    # --- zero-shot LLM and cascades, on the embedded llama.cpp server (a subsample: ~1-3 s a call) ---
+    if args.llm:
+        import random
+
+        sample = random.Random(0).sample(te, min(args.llm_queries, len(te)))  # test files are grouped by scope
+        rows.update(bench_llm(ds.taxonomy, router, sample, labels))
+
     # --- SetFit, same encoder ---
     if not args.no_setfit:
         try:
@@ -155,6 +162,32 @@ def bench_dataset(name: str, max_docs: int | None, args: argparse.Namespace) -> 
             print("setfit", rows["setfit"], flush=True)
     return {"dataset": name, "max_docs_per_scope": max_docs, "n_train": len(tr), "n_val": len(va), "n_test": len(te),
             "scopes": len(labels), "systems": rows}
+
+
+def bench_llm(taxonomy, lora, test, labels) -> dict[str, dict[str, Any]]:
+    from masdr_router import RegexRouter, evaluate_router
+    from masdr_router.llm.client import LLMClient
+    from masdr_router.llm.config import LLMConfig
+    from masdr_router.llm.server import LocalLLMServer
+    from masdr_router.routers.cascade import CascadeRouter, Stage
+    from masdr_router.routers.llm import LLMRouter
+
+    rows = {}
+    with LocalLLMServer() as srv:
+        llm = LLMRouter(taxonomy, LLMClient(LLMConfig(base_url=srv.base_url, timeout_s=300, concurrency=2)))
+        systems = {"llm-zero-shot": llm,
+                   "cascade regex>llm": CascadeRouter(taxonomy, [Stage(RegexRouter(taxonomy)), Stage(llm)]),
+                   "cascade regex>lora>llm": CascadeRouter(taxonomy, [Stage(RegexRouter(taxonomy)), Stage(lora),
+                                                                      Stage(llm)])}
+        for name, r in systems.items():
+            rep = evaluate_router(r, test)
+            rows[name] = {"accuracy": rep["accuracy"], "macro_f1": rep["macro_f1"], "train_s": 0.0,
+                          "p50_ms": rep["latency_ms"]["p50"], "throughput_qps": rep["throughput_qps"],
+                          "abstain_rate": rep["abstain_rate"], "accuracy_when_answered": rep["accuracy_when_answered"],
+                          "llm_calls_per_query": rep["llm_calls_per_query"], "decided_by": rep["decided_by"],
+                          "n_queries": len(test)}
+            print(name, rows[name], flush=True)
+    return rows
 
 
 def bench_setfit(xtr, ytr, xte, yte, labels, args) -> dict[str, Any]:
@@ -184,6 +217,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="one value per data set (0 = all); default: all for bbc/composite, 300 for 20ng")
     ap.add_argument("--set", action="append", default=[], help="TrainConfig override for the LoRA router, k=v")
     ap.add_argument("--no-setfit", action="store_true")
+    ap.add_argument("--llm", action="store_true", help="also the zero-shot LLM router and cascades (embedded server)")
+    ap.add_argument("--llm-queries", type=int, default=100, help="test queries for the LLM rows")
     ap.add_argument("--setfit-iterations", type=int, default=5)
     ap.add_argument("--setfit-max-steps", type=int, default=600)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
@@ -197,17 +232,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from rich.table import Table
 
     t = Table(title="router benchmark (test split; top-1 accuracy and macro-F1)")
-    for c in ("data set", "system", "accuracy", "macro-F1", "train s", "p50 ms", "QPS", "abstain", "acc answered"):
+    for c in ("data set", "system", "accuracy", "macro-F1", "train s", "p50 ms", "QPS", "abstain", "acc answered",
+              "LLM calls/q"):
         t.add_column(c, justify="left" if c in ("data set", "system") else "right")
     for r in results:
         for name, s in r["systems"].items():
             if "skipped" in s:
-                t.add_row(r["dataset"], name, "-", "-", "-", "-", "-", "-", s["skipped"])
+                t.add_row(r["dataset"], name, "-", "-", "-", "-", "-", "-", s["skipped"], "-")
                 continue
             t.add_row(r["dataset"], name, f"{s['accuracy']:.3f}", f"{s['macro_f1']:.3f}", f"{s['train_s']:.1f}",
                       f"{s['p50_ms']:.2f}", f"{s['throughput_qps']:.0f}",
                       f"{100 * s['abstain_rate']:.1f}%" if "abstain_rate" in s else "-",
-                      f"{s['accuracy_when_answered']:.3f}" if s.get("accuracy_when_answered") else "-")
+                      f"{s['accuracy_when_answered']:.3f}" if s.get("accuracy_when_answered") else "-",
+                      f"{s['llm_calls_per_query']:.2f}" if "llm_calls_per_query" in s else "0")
     Console().print(t)
     out = {"benchmark": "router", "results": results,
            "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
