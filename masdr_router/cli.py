@@ -489,8 +489,12 @@ def demo(
                    json_out=workdir / f"{dataset}-retrieval.json", plot=workdir / f"{dataset}-retrieval.png",
                    mode="hybrid", taxonomy=None)
     from .data import read_queries
+    from .routers.lora import LoraRouter
 
-    question = read_queries(data_dir / "test.jsonl")[0].query
+    # show the routed path: the first test question the router is confident about
+    router = LoraRouter.from_pretrained(router_dir)
+    questions = [q.query for q in read_queries(data_dir / "test.jsonl")]
+    question = next((q for q, d in zip(questions, router.route_batch(questions)) if not d.abstained), questions[0])
     out.rule("5/5 answer: LoRA route -> scoped search -> one call to the embedded SmolLM2 server")
     ask(question, index_dir, [str(router_dir)], k=3, policy="router", llm_url=None, local=True, as_json=False)
 

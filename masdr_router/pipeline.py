@@ -60,7 +60,8 @@ def answer_schema(chunk_ids: list[str], max_answer_chars: int = 600) -> dict[str
     return {"type": "object", "additionalProperties": False, "required": ["citations", "answer"],
             "properties": {"citations": {"type": "array", "items": {"type": "string", "enum": chunk_ids},
                                          "minItems": 1, "maxItems": len(chunk_ids)},
-                           "answer": {"type": "string", "maxLength": max_answer_chars}}}
+                           # a floor too: a tiny model otherwise satisfies the schema with "a"
+                           "answer": {"type": "string", "minLength": 20, "maxLength": max_answer_chars}}}
 
 
 def _structured(dialect: str, schema: dict[str, Any]) -> dict[str, Any]:

@@ -106,6 +106,14 @@ class LLMClient:
         except (AttributeError, IndexError, TypeError):
             raise LLMError("LLM endpoint returned a response without a message") from None
 
+    def message(self, messages: list[dict[str, Any]], **kw: Any) -> Any:
+        """The assistant message object itself (with ``tool_calls`` when tools were offered)."""
+        resp = self._create(messages, **kw)
+        try:
+            return resp.choices[0].message
+        except (AttributeError, IndexError, TypeError):
+            raise LLMError("LLM endpoint returned a response without a message") from None
+
     def choose(self, messages: list[dict[str, Any]], choices: Sequence[str], *, key: str = "scope",
                max_tokens: int = 32, **kw: Any) -> str:
         """One of ``choices``, constrained by the server (see :func:`choice_constraint`)."""
