@@ -313,13 +313,14 @@ def ask(
     question = validate_query(question)
     idx = ScopedIndex.load(index)
     with contextlib.ExitStack() as stack:
-        url = llm_url
+        url, extra = llm_url, {}
         if local:
             from .llm.server import LocalLLMServer
 
             with err.status("starting the embedded LLM server"):
                 url = stack.enter_context(LocalLLMServer()).base_url
-        cfg = LLMConfig.from_env(**({"base_url": url} if url else {}), timeout_s=300)
+            extra = {"frequency_penalty": 0.8}  # the 135M model loops inside JSON strings without it
+        cfg = LLMConfig.from_env(**({"base_url": url} if url else {}), timeout_s=300, **extra)
         client = LLMClient(cfg)
         rag = ScopedRAG(idx, _build_router(router, idx.taxonomy, client), client, k=k, policy=policy)
         with err.status("routing, searching, answering"):

@@ -85,6 +85,8 @@ class LLMClient:
 
         params = {"model": self.config.model, "messages": messages, "temperature": self.config.temperature,
                   "max_tokens": self.config.max_tokens, **kw}
+        if self.config.frequency_penalty and "frequency_penalty" not in kw:
+            params["frequency_penalty"] = self.config.frequency_penalty
         try:
             return self._client.chat.completions.create(**params)
         except openai.APITimeoutError:

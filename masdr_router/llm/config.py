@@ -24,6 +24,8 @@ class LLMConfig(ConfigBase):
     concurrency: int = field(default=4, metadata={"help": "parallel requests in batch evaluation"})
     temperature: float = 0.0
     max_tokens: int = 512
+    frequency_penalty: float = field(default=0.0, metadata={
+        "help": "OpenAI frequency_penalty; ~0.8 keeps very small models (the embedded SmolLM2) from looping"})
 
     def __post_init__(self) -> None:
         if self.dialect not in {"openai", "vllm", "vllm-legacy"}:
