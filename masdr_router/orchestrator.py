@@ -41,8 +41,12 @@ class Orchestrator:
     """
 
     def __init__(self, index: ScopedIndex, client: Any, *, k: int = 3, max_rounds: int = 5,
-                 search: SearchConfig | None = None, max_chunk_words: int = 120) -> None:
+                 search: SearchConfig | None = None, max_chunk_words: int = 120,
+                 first_tool_choice: str = "required") -> None:
+        # "required" in the first round: left to "auto", small models answer from memory without
+        # searching at all, which measures nothing about retrieval.
         self.index, self.client, self.k, self.max_rounds = index, client, k, max_rounds
+        self.first_tool_choice = first_tool_choice
         self.search, self.max_chunk_words = search or SearchConfig(), max_chunk_words
 
     def ask(self, question: str) -> Answer:
@@ -61,7 +65,8 @@ class Orchestrator:
             final = round_no > self.max_rounds  # the last call gets no tools: it must answer
             t0 = time.perf_counter()
             try:
-                msg = self.client.message(messages, **({} if final else {"tools": tools, "tool_choice": "auto"}))
+                choice = self.first_tool_choice if round_no == 1 else "auto"
+                msg = self.client.message(messages, **({} if final else {"tools": tools, "tool_choice": choice}))
             except LLMError as e:
                 log.warning("orchestrator round %d failed: %s", round_no, e)
                 trace.append({"stage": "orchestrator", "round": round_no, "error": str(e)})
