@@ -299,6 +299,7 @@ def ask(
     llm_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (default: $MASDR_LLM_BASE_URL "
                                                 "or http://127.0.0.1:8080/v1)")] = None,
     local: Annotated[bool, typer.Option(help="start the embedded llama.cpp server for this question")] = False,
+    llm_config: Annotated[Path | None, typer.Option(help="LLMConfig YAML, e.g. configs/llm/vllm.yaml")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the answer as JSON")] = False,
 ) -> None:
     """Answer a question end to end: route -> scoped hybrid search -> one synthesis call with citations."""
@@ -320,7 +321,10 @@ def ask(
             with err.status("starting the embedded LLM server"):
                 url = stack.enter_context(LocalLLMServer()).base_url
             extra = {"frequency_penalty": 0.8}  # the 135M model loops inside JSON strings without it
-        cfg = LLMConfig.from_env(**({"base_url": url} if url else {}), timeout_s=300, **extra)
+        if llm_config is not None:
+            cfg = LLMConfig.from_yaml(llm_config).with_overrides(base_url=url, **extra)
+        else:
+            cfg = LLMConfig.from_env(**({"base_url": url} if url else {}), timeout_s=300, **extra)
         client = LLMClient(cfg)
         rag = ScopedRAG(idx, _build_router(router, idx.taxonomy, client), client, k=k, policy=policy)
         with err.status("routing, searching, answering"):
@@ -497,7 +501,8 @@ def demo(
     questions = [q.query for q in read_queries(data_dir / "test.jsonl")]
     question = next((q for q, d in zip(questions, router.route_batch(questions)) if not d.abstained), questions[0])
     out.rule("5/5 answer: LoRA route -> scoped search -> one call to the embedded SmolLM2 server")
-    ask(question, index_dir, [str(router_dir)], k=3, policy="router", llm_url=None, local=True, as_json=False)
+    ask(question, index_dir, [str(router_dir)], k=3, policy="router", llm_url=None, local=True, llm_config=None,
+        as_json=False)
 
 
 def main() -> None:

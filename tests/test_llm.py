@@ -183,3 +183,15 @@ def test_eval_router_cli_with_llm_and_cascade(llm_server, bbc_small_dir, tmp_pat
     assert reports["regex"]["llm_calls_per_query"] == 0.0
     # the cascade calls the LLM exactly for the queries the rules abstain on
     assert reports["cascade"]["llm_calls_per_query"] == pytest.approx(reports["regex"]["abstain_rate"], abs=1e-3)
+
+
+@pytest.mark.parametrize("name", ["local", "vllm"])
+def test_llm_configs_mirror_the_dataclass_one_to_one(name):
+    from dataclasses import fields
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).parent.parent / "configs" / "llm" / f"{name}.yaml"
+    assert set(yaml.safe_load(path.read_text())) == {f.name for f in fields(LLMConfig)}
+    assert LLMConfig.from_yaml(path).dialect in {"openai", "vllm"}
