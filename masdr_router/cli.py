@@ -189,7 +189,8 @@ def eval_retrieval(
     queries: Annotated[Path, typer.Option(help="labelled queries JSONL")],
     router: Annotated[list[str], typer.Option(help="global, oracle, regex or a router artifact, optionally "
                                               "SPEC:POLICY with POLICY one of router, hard, abstain, top2, soft "
-                                              "(how an unsure decision is searched); repeat to compare systems")],
+                                              "(how an unsure decision is searched), SPEC+vote for retrieval-"
+                                              "informed routing; repeat to compare systems")],
     k: Annotated[int, typer.Option(help="cut-off for P@k, R@k, hit@k")] = 10,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
     plot: Annotated[Path | None, typer.Option(help="write confusion matrices and dilution as a PNG")] = None,
@@ -203,7 +204,6 @@ def eval_retrieval(
     from .data import read_queries
     from .evaluation.retrieval import evaluate_retrieval
     from .retrieval.index import ScopedIndex
-    from .routers import load_router
     from .taxonomy import Taxonomy
 
     cfg = SearchConfig(mode=mode, global_head=global_head)
@@ -215,7 +215,7 @@ def eval_retrieval(
     for spec in router:
         base, policy = _split_policy(spec)
         if base not in loaded:
-            loaded[base] = load_router(base, idx.taxonomy)
+            loaded[base] = _load_with_vote(base, idx)
         routers[_system_name(base) + (f":{policy}" if policy != "router" else "")] = (loaded[base], policy)
     report = evaluate_retrieval(idx, qs, routers, k=k, cfg=cfg, progress=True)
     report["queries_file"] = str(queries)
@@ -428,6 +428,16 @@ def eval_router(
             out.print(f"wrote {p}")
 
 
+def _load_with_vote(spec: str, index: Any) -> Any:
+    """``SPEC+vote``: wrap the router with the scope vote of a global search (retrieval-informed)."""
+    from .routers import load_router
+    from .routers.vote import RetrievalVoteRouter
+
+    if spec.endswith("+vote"):
+        return RetrievalVoteRouter(load_router(spec[: -len("+vote")], index.taxonomy), index)
+    return load_router(spec, index.taxonomy)
+
+
 def _split_policy(spec: str) -> tuple[str, str]:
     from .routers.policy import POLICIES
 
@@ -440,7 +450,9 @@ def _split_policy(spec: str) -> tuple[str, str]:
 
 
 def _system_name(spec: str) -> str:
-    return Path(spec).name if Path(spec).exists() else spec
+    suffix = "+vote" if spec.endswith("+vote") else ""
+    spec = spec[: len(spec) - len(suffix)]
+    return (Path(spec).name if Path(spec).exists() else spec) + suffix
 
 
 def print_router_reports(reports: dict[str, dict[str, Any]], *, title: str) -> None:

@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 from test_cli import masdr, one_line_error
 
@@ -91,3 +92,20 @@ def test_cli_train_rejects_bad_overrides(bbc_small_dir, tmp_path):
                                 bbc_small_dir / "train.jsonl", "--out", tmp_path / "r", "--set", "epochz=2"))
     assert "unknown key(s) ['epochz']" in line
     assert not (tmp_path / "r").exists()
+
+
+def test_retrieval_vote_combines_router_scores_with_the_global_neighbours(bbc_small, bbc_index, small_router):
+    from masdr_router import GlobalRouter, LoraRouter
+    from masdr_router.routers.vote import RetrievalVoteRouter
+
+    texts = [q.query for q in bbc_small.queries]
+    lora = LoraRouter.from_pretrained(small_router)
+    neutral = RetrievalVoteRouter(lora, bbc_index, beta=0.0)  # beta 0: the router alone
+    combined = np.array([[d.scores[s] for s in lora.labels] for d in neutral.route_batch(texts)])
+    np.testing.assert_allclose(combined, lora.predict_proba(texts), atol=1e-5)
+    votes_only = RetrievalVoteRouter(GlobalRouter(bbc_small.taxonomy), bbc_index, threshold=0.0)
+    decisions = votes_only.route_batch(texts)  # no router scores: the neighbours' scopes decide
+    assert all(abs(sum(d.scores.values()) - 1) < 1e-6 for d in decisions)
+    assert sum(d.scope == q.scope for d, q in zip(decisions, bbc_small.queries)) / len(texts) > 0.6
+    stats = RetrievalVoteRouter(lora, bbc_index).fit(bbc_small.queries, target_accuracy=0.9)
+    assert stats["accuracy_when_answered"] >= 0.9 or stats["abstain_rate"] == 1.0
