@@ -291,8 +291,9 @@ def train(
 def ask(
     question: Annotated[str, typer.Argument(help="the question")],
     index: Annotated[Path, typer.Option(help="index directory")],
-    router: Annotated[list[str], typer.Option(help="regex, llm, global, a router artifact; several = a cascade "
-                                              "in that order (e.g. --router regex --router DIR --router llm)")],
+    router: Annotated[list[str], typer.Option(help="regex, llm, global, a router artifact (DIR+vote: retrieval-"
+                                              "informed); several = a cascade in that order (e.g. --router regex "
+                                              "--router DIR --router llm)")],
     k: Annotated[int, typer.Option(help="chunks given to the synthesis call")] = 4,
     policy: Annotated[str, typer.Option(help="what to search when the router is unsure: router, abstain, "
                                         "top2, soft, hard")] = "router",
@@ -326,7 +327,7 @@ def ask(
         else:
             cfg = LLMConfig.from_env(**({"base_url": url} if url else {}), timeout_s=300, **extra)
         client = LLMClient(cfg)
-        rag = ScopedRAG(idx, _build_router(router, idx.taxonomy, client), client, k=k, policy=policy)
+        rag = ScopedRAG(idx, _build_router(router, idx, client), client, k=k, policy=policy)
         with err.status("routing, searching, answering"):
             ans = rag.ask(question)
     if as_json:
@@ -342,12 +343,12 @@ def ask(
         out.print("  " + json.dumps(t), highlight=False)
 
 
-def _build_router(specs: list[str], taxonomy: Any, client: Any) -> Any:
-    from .routers import load_router
+def _build_router(specs: list[str], index: Any, client: Any) -> Any:
     from .routers.cascade import CascadeRouter, Stage
     from .routers.llm import LLMRouter
 
-    routers = [LLMRouter(taxonomy, client) if s == "llm" else load_router(s, taxonomy) for s in specs]
+    taxonomy = index.taxonomy
+    routers = [LLMRouter(taxonomy, client) if s == "llm" else _load_with_vote(s, index) for s in specs]
     return routers[0] if len(routers) == 1 else CascadeRouter(taxonomy, [Stage(r) for r in routers])
 
 
