@@ -352,6 +352,45 @@ def _build_router(specs: list[str], index: Any, client: Any) -> Any:
     return routers[0] if len(routers) == 1 else CascadeRouter(taxonomy, [Stage(r) for r in routers])
 
 
+@eval_app.command("answers")
+def eval_answers(
+    index: Annotated[Path, typer.Option(help="index directory")],
+    router: Annotated[list[str], typer.Option(help="router spec(s), as for `masdr ask`")],
+    queries: Annotated[Path, typer.Option(help="labelled queries JSONL (an `answer` field enables correctness)")],
+    judge_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL of the judge (not the generator)")],
+    judge_model: Annotated[str, typer.Option(help="judge model name")] = "judge",
+    llm_url: Annotated[str | None, typer.Option(help="generator base URL (default: $MASDR_LLM_BASE_URL)")] = None,
+    limit: Annotated[int, typer.Option(help="answer at most this many queries")] = 20,
+    k: Annotated[int, typer.Option(help="chunks given to the synthesis call")] = 4,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report as JSON")] = None,
+) -> None:
+    """Judge answers with a second LLM: faithfulness (claims supported by the retrieved chunks) and,
+    where queries carry an `answer`, correctness. Off by default: it needs an explicit judge."""
+    from .data import read_queries
+    from .evaluation.answers import evaluate_answers
+    from .llm.client import LLMClient
+    from .llm.config import LLMConfig
+    from .pipeline import ScopedRAG
+    from .retrieval.index import ScopedIndex
+
+    idx = ScopedIndex.load(index)
+    qs = read_queries(queries, idx.taxonomy)[:limit]
+    client = LLMClient(LLMConfig.from_env(**({"base_url": llm_url} if llm_url else {}), timeout_s=300))
+    judge = LLMClient(LLMConfig.from_env(base_url=judge_url, model=judge_model, timeout_s=300))
+    rag = ScopedRAG(idx, _build_router(router, idx, client), client, k=k)
+    with err.status(f"answering and judging {len(qs)} queries"):
+        report = evaluate_answers(rag, qs, judge)
+    out.print(f"faithfulness {_fmt(report['faithfulness'])} ({report['n_judged_faithfulness']} answers judged), "
+              f"correctness {_fmt(report['correctness'])} ({report['n_judged_correctness']}), "
+              f"answers with citations {_fmt(report['cited_rate'], True)}, "
+              f"LLM calls/query {report['llm_calls_per_query']}")
+    if json_out:
+        from .atomic import write_json_atomic
+
+        write_json_atomic(json_out, report)
+        out.print(f"wrote {json_out}")
+
+
 @llm_app.command("serve")
 def llm_serve(
     port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1")] = 8080,

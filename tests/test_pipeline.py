@@ -4,6 +4,7 @@ one synthesis call whose citations are retrieved, in-scope chunk ids."""
 import json
 import socket
 
+import pytest
 from test_cli import masdr
 
 from masdr_router import RegexRouter
@@ -70,3 +71,25 @@ def test_orchestrator_baseline_runs_against_the_real_server(bbc_index, client):
     # loop must still end within its round budget and cite only what its tools retrieved.
     assert 1 <= ans.llm_calls <= 3 and len(ans.trace) == ans.llm_calls
     assert set(ans.citations) <= {h.chunk_id for h in ans.hits}
+
+
+def test_answers_are_judged_by_a_second_real_server(bbc_index, client, llm_server):
+    from masdr_router import LabelledQuery
+    from masdr_router.errors import MasdrError
+    from masdr_router.evaluation.answers import evaluate_answers
+    from masdr_router.llm.server import LocalLLMServer
+
+    rag = ScopedRAG(bbc_index, RegexRouter(bbc_index.taxonomy), client, k=2)
+    queries = [LabelledQuery("Why did shares in the bank fall?", "business", answer="Because profits fell."),
+               LabelledQuery("Who won the match after a late goal?", "sport")]
+    with pytest.raises(MasdrError, match="judge must differ from the generator"):
+        evaluate_answers(rag, queries, client)
+    # a second endpoint with another model name stands in for a distinct judge; the embedded model is
+    # the only one available offline, so this proves the plumbing, not the judge's quality
+    with LocalLLMServer(parallel=1) as judge_srv:
+        judge = LLMClient(LLMConfig(base_url=judge_srv.base_url, model="judge", timeout_s=300, max_retries=0))
+        report = evaluate_answers(rag, queries, judge)
+    assert report["n_queries"] == 2 and report["llm_calls_per_query"] == 1.0
+    for r in report["rows"]:
+        assert r["faithfulness"] is None or 0.0 <= r["faithfulness"] <= 1.0
+    assert report["rows"][0].get("correct") in (True, False, None) and "correct" not in report["rows"][1]
