@@ -73,7 +73,8 @@ def data_list() -> None:
     from .datasets import DATASETS
 
     for n, fn in DATASETS.items():
-        out.print(f"{n:10s} {((fn.__module__ and sys.modules[fn.__module__].__doc__) or '').strip().splitlines()[0]}")
+        doc = (sys.modules[fn.__module__].__doc__ or "").strip()
+        out.print(f"{n:10s} {doc.splitlines()[0] if doc else ''}")
 
 
 # ---- index ---------------------------------------------------------------------------------------

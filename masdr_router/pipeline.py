@@ -64,15 +64,6 @@ def answer_schema(chunk_ids: list[str], max_answer_chars: int = 600) -> dict[str
                            "answer": {"type": "string", "minLength": 20, "maxLength": max_answer_chars}}}
 
 
-def _structured(dialect: str, schema: dict[str, Any]) -> dict[str, Any]:
-    if dialect == "vllm":
-        return {"extra_body": {"structured_outputs": {"json": schema}}}
-    if dialect == "vllm-legacy":
-        return {"extra_body": {"guided_json": schema}}
-    return {"response_format": {"type": "json_schema", "json_schema": {"name": "answer", "strict": True,
-                                                                       "schema": schema}}}
-
-
 class ScopedRAG:
     """The answer path.
 
@@ -103,10 +94,10 @@ class ScopedRAG:
 
     def ask(self, question: str) -> Answer:
         """Route, retrieve, and answer with one LLM call (plus the router's own call, if any)."""
-        from .llm.client import LLMError
+        from .llm.client import LLMError, json_constraint
 
         decision, scopes, hits, trace = self.retrieve(question)
-        llm_calls = sum(1 for t in trace if t.get("stage") == "llm")
+        llm_calls = decision.llm_calls
         if not hits:
             trace.append({"stage": "synthesis", "skipped": "nothing retrieved"})
             return Answer(question, "I do not know: nothing was retrieved for this question.", [], decision,
@@ -118,7 +109,7 @@ class ScopedRAG:
         t0 = time.perf_counter()
         try:
             raw = self.client.chat(messages, max_tokens=self.max_answer_tokens,
-                                   **_structured(self.client.config.dialect, answer_schema(ids)))
+                                   **json_constraint(self.client.config.dialect, answer_schema(ids)))
             text, cited = self._parse(raw, ids)
             error = None
         except LLMError as e:

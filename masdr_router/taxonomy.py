@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,11 +214,3 @@ def _parse_scope(s: Any, i: int, src: str) -> Scope:
 def load_taxonomy(path_or_obj: str | Path | Taxonomy) -> Taxonomy:
     """Accept a path or an already-loaded taxonomy."""
     return path_or_obj if isinstance(path_or_obj, Taxonomy) else Taxonomy.from_yaml(path_or_obj)
-
-
-def scope_counts(taxonomy: Taxonomy, metadatas: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    counts = dict.fromkeys(taxonomy.names, 0)
-    for md in metadatas:
-        for name in taxonomy.scopes_of(md):
-            counts[name] += 1
-    return counts

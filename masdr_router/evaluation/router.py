@@ -88,15 +88,9 @@ def evaluate_router(router: Router, queries: Sequence[LabelledQuery], *, through
                        "mean": round(statistics.fmean(latencies), 4)},
         "throughput_qps": round(throughput, 1),
         "throughput_batch": throughput_batch,
-        "llm_calls_per_query": round(statistics.fmean(_llm_calls(d) for d in decisions), 4),
+        "llm_calls_per_query": round(statistics.fmean(d.llm_calls for d in decisions), 4),
         "decided_by": dict(Counter(d.stage for d in decisions)),
     }
-
-
-def _llm_calls(d: Any) -> int:
-    if d.trace:
-        return sum(1 for t in d.trace if t.get("stage") == "llm")
-    return int(d.stage == "llm")
 
 
 def _reliability(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10) -> dict[str, list[float | int]]:

@@ -25,6 +25,22 @@ class LLMError(MasdrError):
     """The endpoint was unreachable, timed out, or answered something unusable."""
 
 
+def json_constraint(dialect: str, schema: dict[str, Any], *, name: str = "answer") -> dict[str, Any]:
+    """Request fields that make the server answer with JSON matching ``schema``, per dialect:
+    ``response_format`` json_schema (``openai``), ``structured_outputs: {"json": ...}`` (``vllm``)
+    or ``guided_json`` (``vllm-legacy``).
+
+    >>> json_constraint("vllm", {"type": "object"})
+    {'extra_body': {'structured_outputs': {'json': {'type': 'object'}}}}
+    """
+    if dialect == "vllm":
+        return {"extra_body": {"structured_outputs": {"json": schema}}}
+    if dialect == "vllm-legacy":
+        return {"extra_body": {"guided_json": schema}}
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "strict": True,
+                                                                       "schema": schema}}}
+
+
 def choice_constraint(dialect: str, choices: Sequence[str], *, key: str = "scope") -> dict[str, Any]:
     """Request fields that make the server answer with exactly one of ``choices``.
 
@@ -44,8 +60,7 @@ def choice_constraint(dialect: str, choices: Sequence[str], *, key: str = "scope
         return {"extra_body": {"guided_choice": choices}}
     schema = {"type": "object", "properties": {key: {"type": "string", "enum": choices}},
               "required": [key], "additionalProperties": False}
-    return {"response_format": {"type": "json_schema",
-                                "json_schema": {"name": "choice", "strict": True, "schema": schema}}}
+    return json_constraint(dialect, schema, name="choice")
 
 
 def parse_choice(dialect: str, content: str | None, choices: Sequence[str], *, key: str = "scope") -> str:

@@ -34,16 +34,18 @@ class RouteDecision:
         return self.scope is None
 
     @property
+    def llm_calls(self) -> int:
+        """Router LLM calls this decision cost (cascade stages are in the trace)."""
+        if self.trace:
+            return sum(1 for t in self.trace if t.get("stage") == "llm")
+        return int(self.stage == "llm")
+
+    @property
     def search_scopes(self) -> list[str] | None:
         """What retrieval should search: the scope, else the fallback scopes, else ``None`` (global)."""
         if self.scope is not None:
             return [self.scope]
         return list(self.fallback) or None
-
-    def top(self, n: int = 2) -> list[str]:
-        """The ``n`` best-scoring scopes (for top-n fused search)."""
-        ranked = sorted(self.scores.items(), key=lambda kv: -kv[1])
-        return [s for s, v in ranked[:n] if v > 0]
 
     def to_dict(self) -> dict[str, Any]:
         return {"scope": self.scope, "abstained": self.abstained, "stage": self.stage,
