@@ -175,7 +175,10 @@ def bench_llm(taxonomy, lora, test, labels) -> dict[str, dict[str, Any]]:
     rows = {}
     with LocalLLMServer() as srv:
         llm = LLMRouter(taxonomy, LLMClient(LLMConfig(base_url=srv.base_url, timeout_s=300, concurrency=2)))
+        scored = LLMRouter(taxonomy, LLMClient(LLMConfig(base_url=srv.base_url, timeout_s=300, concurrency=2)),
+                           scoring="logprobs")
         systems = {"llm-zero-shot": llm,
+                   "llm-logprobs": scored,
                    "cascade regex>llm": CascadeRouter(taxonomy, [Stage(RegexRouter(taxonomy)), Stage(llm)]),
                    "cascade regex>lora>llm": CascadeRouter(taxonomy, [Stage(RegexRouter(taxonomy)), Stage(lora),
                                                                       Stage(llm)])}
@@ -184,8 +187,8 @@ def bench_llm(taxonomy, lora, test, labels) -> dict[str, dict[str, Any]]:
             rows[name] = {"accuracy": rep["accuracy"], "macro_f1": rep["macro_f1"], "train_s": 0.0,
                           "p50_ms": rep["latency_ms"]["p50"], "throughput_qps": rep["throughput_qps"],
                           "abstain_rate": rep["abstain_rate"], "accuracy_when_answered": rep["accuracy_when_answered"],
-                          "llm_calls_per_query": rep["llm_calls_per_query"], "decided_by": rep["decided_by"],
-                          "n_queries": len(test)}
+                          "ece": rep["ece"], "llm_calls_per_query": rep["llm_calls_per_query"],
+                          "decided_by": rep["decided_by"], "n_queries": len(test)}
             print(name, rows[name], flush=True)
     return rows
 
@@ -198,7 +201,10 @@ def bench_setfit(xtr, ytr, xte, yte, labels, args) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     model = SetFitModel.from_pretrained(resolve_encoder_path("minilm"), labels=labels)
-    targs = TrainingArguments(batch_size=32, num_epochs=1, num_iterations=args.setfit_iterations,
+    # SetFit's default output_dir is ./checkpoints, which would drop its trainer state into our
+    # artifact folder; keep it under the bench output and save nothing.
+    targs = TrainingArguments(output_dir=str(args.out / "setfit-tmp"), save_strategy="no", batch_size=32,
+                              num_epochs=1, num_iterations=args.setfit_iterations,
                               max_steps=args.setfit_max_steps, seed=0, report_to="none", show_progress_bar=False)
     trainer = Trainer(model=model, args=targs, train_dataset=Dataset.from_dict({"text": xtr, "label": ytr}))
     trainer.train()

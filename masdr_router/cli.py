@@ -199,6 +199,8 @@ def eval_retrieval(
     taxonomy: Annotated[Path | None, typer.Option(help="check the index against this taxonomy")] = None,
     global_head: Annotated[int, typer.Option(help="recall guard: keep the global top-N chunks in scoped "
                                              "results")] = 0,
+    global_in_scope: Annotated[bool, typer.Option(help="recall guard: the routed scope's chunks among the "
+                                                  "global top-k come first in scoped results")] = False,
 ) -> None:
     """Global vs routed vs oracle retrieval: P@k, R@k, hit@k, dilution δ per scope, source confusion."""
     from .config import SearchConfig
@@ -207,7 +209,7 @@ def eval_retrieval(
     from .retrieval.index import ScopedIndex
     from .taxonomy import Taxonomy
 
-    cfg = SearchConfig(mode=mode, global_head=global_head)
+    cfg = SearchConfig(mode=mode, global_head=global_head, global_in_scope=global_in_scope)
     tax = Taxonomy.from_yaml(taxonomy) if taxonomy else None
     idx = ScopedIndex.load(index, taxonomy=tax)
     qs = read_queries(queries, idx.taxonomy)
@@ -236,8 +238,11 @@ def eval_retrieval(
 def print_retrieval_report(report: dict[str, Any]) -> None:
     k = report["k"]
     t = Table(title=f"retrieval, {report['n_queries']} queries, k={k}, {report['search']['mode']} search")
-    for col in ["system", f"P@{k}", f"R@{k}", f"hit@{k}", "routed", "route acc", "searched", "src-conf diag"]:
-        t.add_column(col, justify="left" if col == "system" else "right")
+    # the system names are what the table is about: never cut them on an 80-column terminal
+    t.add_column("system", no_wrap=True, min_width=max(len(n) for n in report["systems"]))
+    for col in [f"P@{k}", f"R@{k}", f"hit@{k}", "routed", "acc", "searched", "diag"]:
+        t.add_column(col, justify="right")
+    t.caption = "acc: routing accuracy; searched: share of the corpus; diag: source-confusion diagonal"
     for name, s in report["systems"].items():
         t.add_row(name, _fmt(s["p_at_k"]), _fmt(s["r_at_k"]), _fmt(s["hit_at_k"]), _fmt(s["routed_rate"], True),
                   _fmt(s["routing_accuracy"], True), _fmt(s["searched_fraction"], True),
@@ -292,10 +297,16 @@ def train(
 def ask(
     question: Annotated[str, typer.Argument(help="the question")],
     index: Annotated[Path, typer.Option(help="index directory")],
-    router: Annotated[list[str], typer.Option(help="regex, llm, global, a router artifact (DIR+vote: retrieval-"
-                                              "informed); several = a cascade in that order (e.g. --router regex "
-                                              "--router DIR --router llm)")],
-    k: Annotated[int, typer.Option(help="chunks given to the synthesis call")] = 4,
+    router: Annotated[list[str] | None, typer.Option(help="regex, llm, llm-logprobs, global, a router artifact "
+                                                     "(DIR+vote: retrieval-informed); several = a cascade in that "
+                                                     "order (e.g. --router regex --router DIR --router llm)")] = None,
+    k: Annotated[int, typer.Option(help="chunks given to the synthesis call (per tool call with --orchestrator)")] = 4,
+    orchestrator: Annotated[bool, typer.Option("--orchestrator", help="the MASDR-RAG baseline instead of routing: "
+                                               "the LLM calls one search tool per scope for up to --max-rounds "
+                                               "rounds, then one synthesis call")] = False,
+    max_rounds: Annotated[int, typer.Option(help="tool rounds for --orchestrator")] = 5,
+    tool_protocol: Annotated[str, typer.Option(help="--orchestrator tool calls: auto, native (OpenAI function "
+                                               "calling) or json (constrained JSON, any server)")] = "auto",
     policy: Annotated[str, typer.Option(help="what to search when the router is unsure: router, abstain, "
                                         "top2, soft, hard")] = "router",
     llm_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (default: $MASDR_LLM_BASE_URL "
@@ -304,7 +315,8 @@ def ask(
     llm_config: Annotated[Path | None, typer.Option(help="LLMConfig YAML, e.g. configs/llm/vllm.yaml")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the answer as JSON")] = False,
 ) -> None:
-    """Answer a question end to end: route -> scoped hybrid search -> one synthesis call with citations."""
+    """Answer a question end to end: route -> scoped hybrid search -> one synthesis call with citations
+    (or, with --orchestrator, the tool-calling baseline)."""
     import contextlib
 
     from .llm.client import LLMClient
@@ -314,6 +326,10 @@ def ask(
     from .retrieval.index import ScopedIndex
 
     question = validate_query(question)
+    if not router and not orchestrator:
+        raise MasdrError("give --router SPEC (repeat it for a cascade) or --orchestrator")
+    if tool_protocol not in ("auto", "native", "json"):
+        raise MasdrError(f"--tool-protocol must be auto, native or json, not {tool_protocol!r}")
     idx = ScopedIndex.load(index)
     with contextlib.ExitStack() as stack:
         url, extra = llm_url, {}
@@ -328,7 +344,12 @@ def ask(
         else:
             cfg = LLMConfig.from_env(**({"base_url": url} if url else {}), timeout_s=300, **extra)
         client = LLMClient(cfg)
-        rag = ScopedRAG(idx, _build_router(router, idx, client), client, k=k, policy=policy)
+        if orchestrator:
+            from .orchestrator import Orchestrator
+
+            rag = Orchestrator(idx, client, k=k, max_rounds=max_rounds, protocol=tool_protocol)
+        else:
+            rag = ScopedRAG(idx, _build_router(router or [], idx, client), client, k=k, policy=policy)
         with err.status("routing, searching, answering"):
             ans = rag.ask(question)
     if as_json:
@@ -349,7 +370,9 @@ def _build_router(specs: list[str], index: Any, client: Any) -> Any:
     from .routers.llm import LLMRouter
 
     taxonomy = index.taxonomy
-    routers = [LLMRouter(taxonomy, client) if s == "llm" else _load_with_vote(s, index) for s in specs]
+    llm_scoring = {"llm": "choice", "llm-logprobs": "logprobs"}
+    routers = [LLMRouter(taxonomy, client, scoring=llm_scoring[s]) if s in llm_scoring else _load_with_vote(s, index)
+               for s in specs]
     return routers[0] if len(routers) == 1 else CascadeRouter(taxonomy, [Stage(r) for r in routers])
 
 
@@ -542,10 +565,11 @@ def demo(
     else:
         out.print(f"reusing {router_dir}")
     out.rule("4/5 retrieval: global vs regex-routed vs LoRA-routed vs oracle-scoped")
+    # both recall guards on, as recommended: routing should raise precision without costing recall
     eval_retrieval(index_dir, data_dir / "test.jsonl", ["global", "regex", str(router_dir),
-                                                        f"{router_dir}:top2", "oracle"], k=k,
+                                                        f"{router_dir}+vote", "oracle"], k=k,
                    json_out=workdir / f"{dataset}-retrieval.json", plot=workdir / f"{dataset}-retrieval.png",
-                   mode="hybrid", taxonomy=None)
+                   mode="hybrid", taxonomy=None, global_head=1, global_in_scope=True)
     from .data import read_queries
     from .routers.lora import LoraRouter
 

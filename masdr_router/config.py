@@ -85,6 +85,10 @@ class SearchConfig(ConfigBase):
     global_head: int = field(default=0, metadata={
         "help": "recall guard: keep the top-N chunks of a global search in every scoped result, so a misrouted "
                 "query still sees the corpus' clearest matches (0 = pure scoped search)"})
+    global_in_scope: bool = field(default=False, metadata={
+        "help": "recall guard: the searched scopes' own chunks from a global top-k search come first, so a "
+                "correctly routed query never loses an in-scope chunk that global search found (inside a shard, "
+                "BM25 statistics and RRF ranks differ from the global ones and can reorder it out)"})
 
     def __post_init__(self) -> None:
         if self.global_head < 0:

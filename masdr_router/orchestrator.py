@@ -1,8 +1,23 @@
-"""The MASDR-RAG orchestrator baseline: the LLM gets one search tool per scope (function calling)
-and decides what to search, for at most ``max_rounds`` tool rounds, then answers.
+"""The MASDR-RAG orchestrator baseline: the LLM gets one search tool per scope and decides what to
+search, for at most ``max_rounds`` tool rounds, then answers.
 
 It is here to be measured against the single-call pipeline: the paper saw multi-round
 orchestration cut faithfulness from 0.61 to 0.35, which is why :class:`ScopedRAG` is the default.
+
+Two tool protocols:
+
+- ``native``: OpenAI function calling (``tools`` + ``tool_choice``), for servers and models that
+  support it (vLLM with a tool parser and a tool-trained model, OpenAI).
+- ``json``: the same tools offered in the prompt and called through constrained JSON
+  (``{"tool": "search_<scope>", "query": ...}`` or ``{"tool": "answer"}``); works on any server
+  with structured output, including the embedded llama.cpp + SmolLM2 server, whose chat template
+  has no tool calling.
+- ``auto`` (default): native first; if the endpoint ignores a *required* tool call, switch to
+  ``json`` for the rest of the orchestrator's life and log it once.
+
+Either way the final answer is one constrained synthesis whose citations can only be chunk ids
+that the tools returned, exactly like :class:`ScopedRAG`, so the two differ only in how the
+context was gathered.
 """
 
 from __future__ import annotations
@@ -14,7 +29,7 @@ import time
 from typing import Any
 
 from .config import SearchConfig
-from .pipeline import Answer
+from .pipeline import SYNTHESIS_PROMPT, Answer, ScopedRAG, answer_schema
 from .query import validate_query
 from .retrieval.index import Hit, ScopedIndex
 from .routers.base import RouteDecision
@@ -22,8 +37,15 @@ from .routers.base import RouteDecision
 log = logging.getLogger(__name__)
 
 SYSTEM = """You answer questions from an organisation's documents. Each tool searches one part of the \
-organisation. Call the tools you need, then answer using only what they returned, citing the ids of \
-the passages you used in square brackets, like [doc-1#0]."""
+organisation. Call the tools you need; when you have enough, stop calling tools."""
+
+JSON_SYSTEM = """You answer questions from an organisation's documents. Each tool searches one part of \
+the organisation:
+{tools}
+- answer: stop searching and answer from what the tools returned.
+Reply with JSON: the tool to call and, for a search, the query to search for."""
+
+PROTOCOLS = ("auto", "native", "json")
 
 
 def scope_tools(index: ScopedIndex) -> list[dict[str, Any]]:
@@ -34,74 +56,163 @@ def scope_tools(index: ScopedIndex) -> list[dict[str, Any]]:
         for s in index.taxonomy.scopes]
 
 
-class Orchestrator:
-    """``ask(question) -> Answer`` by tool-calling rounds.
+def tool_call_schema(tool_names: list[str], *, allow_answer: bool) -> dict[str, Any]:
+    """Schema of one JSON-protocol step: a search tool and its query, or (when allowed) ``answer``."""
+    names = [*tool_names, "answer"] if allow_answer else list(tool_names)
+    return {"type": "object", "additionalProperties": False, "required": ["tool", "query"],
+            "properties": {"tool": {"type": "string", "enum": names},
+                           "query": {"type": "string", "maxLength": 120}}}
 
-    >>> Orchestrator(index, LLMClient(LLMConfig())).ask("Why was the launch delayed?")  # doctest: +SKIP
+
+class Orchestrator:
+    """``ask(question) -> Answer`` by tool-calling rounds, then one constrained synthesis.
+
+    >>> orch = Orchestrator(index, LLMClient(LLMConfig()), protocol="json")   # doctest: +SKIP
+    >>> orch.ask("Why was the launch delayed?").citations                     # doctest: +SKIP
     """
 
     def __init__(self, index: ScopedIndex, client: Any, *, k: int = 3, max_rounds: int = 5,
-                 search: SearchConfig | None = None, max_chunk_words: int = 120,
-                 first_tool_choice: str = "required") -> None:
+                 search: SearchConfig | None = None, max_chunk_words: int = 120, protocol: str = "auto",
+                 max_answer_tokens: int = 256, tool_result_words: int = 60) -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        if max_rounds < 1:
+            raise ValueError("max_rounds must be >= 1")
+        self.index, self.client, self.k, self.max_rounds = index, client, k, max_rounds
+        self.search, self.max_chunk_words, self.protocol = search or SearchConfig(), max_chunk_words, protocol
+        # tool results are shown shorter than the synthesis sources: five rounds of full chunks
+        # would overflow a small model's context window
+        self.max_answer_tokens, self.tool_result_words = max_answer_tokens, tool_result_words
+        self.tools = scope_tools(index)
+        self._scope_of = {t["function"]["name"]: t["function"]["name"][len("search_"):] for t in self.tools}
+
+    # -- one tool round -------------------------------------------------------------------------
+    def _native_round(self, messages: list[dict[str, Any]], first: bool) -> list[tuple[str, str, str]] | None:
+        """Tool calls as (call id, tool name, query); ``None`` when the model answered instead."""
         # "required" in the first round: left to "auto", small models answer from memory without
         # searching at all, which measures nothing about retrieval.
-        self.index, self.client, self.k, self.max_rounds = index, client, k, max_rounds
-        self.first_tool_choice = first_tool_choice
-        self.search, self.max_chunk_words = search or SearchConfig(), max_chunk_words
+        msg = self.client.message(messages, tools=self.tools, tool_choice="required" if first else "auto")
+        calls = list(getattr(msg, "tool_calls", None) or [])
+        if not calls:
+            return None
+        messages.append({"role": "assistant", "content": msg.content or "",
+                         "tool_calls": [{"id": c.id, "type": "function",
+                                         "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                                        for c in calls]})
+        out = []
+        for c in calls:
+            try:
+                query = str(json.loads(c.function.arguments or "{}").get("query") or "")
+            except (json.JSONDecodeError, AttributeError):
+                query = ""
+            out.append((c.id, c.function.name, query))
+        return out
 
+    def _json_round(self, messages: list[dict[str, Any]], first: bool) -> list[tuple[str, str, str]] | None:
+        from .llm.client import json_constraint
+
+        schema = tool_call_schema(list(self._scope_of), allow_answer=not first)
+        raw = self.client.chat(messages, max_tokens=128,
+                               **json_constraint(self.client.config.dialect, schema, name="tool_call"))
+        try:
+            step = json.loads(raw)
+            tool, query = str(step["tool"]), str(step.get("query") or "")
+        except (json.JSONDecodeError, KeyError, TypeError):
+            # cut off by the token limit inside the query: the tool name is already complete
+            m = re.search(r'"tool"\s*:\s*"([^"]+)"(?:\s*,\s*"query"\s*:\s*"((?:[^"\\]|\\.)*))?', raw)
+            if m is None:
+                log.warning("orchestrator: unusable tool step %r; answering with what was found", raw[:120])
+                return None
+            tool, query = m.group(1), m.group(2) or ""
+        if tool == "answer":
+            return None
+        messages.append({"role": "assistant", "content": json.dumps({"tool": tool, "query": query})})
+        return [("", tool, query)]
+
+    def _run_tool(self, name: str, query: str, question: str) -> tuple[str | None, list[Hit]]:
+        scope = self._scope_of.get(name)
+        if scope is None:
+            return None, []
+        return scope, self.index.search(query.strip() or question, [scope], self.k, self.search)
+
+    @staticmethod
+    def _format(hits: list[Hit], words: int) -> str:
+        return "\n\n".join(f"[{h.chunk_id}] {' '.join(h.text.split()[:words])}" for h in hits) or "no results"
+
+    # -- the loop -------------------------------------------------------------------------------
     def ask(self, question: str) -> Answer:
         from .llm.client import LLMError
 
         question = validate_query(question)
-        tools = scope_tools(self.index)
-        by_name = {t["function"]["name"]: t["function"]["name"][len("search_"):] for t in tools}
-        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+        catalogue = "\n".join(f"- {t['function']['name']}: {t['function']['description']}" for t in self.tools)
+        native = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+        prompted = [{"role": "system", "content": JSON_SYSTEM.format(tools=catalogue)},
+                    {"role": "user", "content": question}]
         hits: dict[str, Hit] = {}
         searched: list[str] = []
         trace: list[dict[str, Any]] = []
         calls = 0
-        text = ""
-        for round_no in range(1, self.max_rounds + 2):
-            final = round_no > self.max_rounds  # the last call gets no tools: it must answer
+        for round_no in range(1, self.max_rounds + 1):
             t0 = time.perf_counter()
+            protocol = "json" if self.protocol == "json" else "native"
             try:
-                choice = self.first_tool_choice if round_no == 1 else "auto"
-                msg = self.client.message(messages, **({} if final else {"tools": tools, "tool_choice": choice}))
+                if protocol == "native":
+                    steps = self._native_round(native, round_no == 1)
+                    calls += 1
+                    if steps is None and round_no == 1 and self.protocol == "auto":
+                        log.warning("the LLM endpoint ignored a required tool call (no tool calling in its "
+                                    "chat template?); the orchestrator switches to the JSON tool protocol")
+                        self.protocol = protocol = "json"
+                if protocol == "json":
+                    steps = self._json_round(prompted, round_no == 1)
+                    calls += 1
             except LLMError as e:
                 log.warning("orchestrator round %d failed: %s", round_no, e)
                 trace.append({"stage": "orchestrator", "round": round_no, "error": str(e)})
-                text = "The answer could not be generated (the LLM endpoint failed)."
                 break
-            calls += 1
-            tool_calls = [] if final else list(getattr(msg, "tool_calls", None) or [])
-            entry: dict[str, Any] = {"stage": "orchestrator", "round": round_no,
-                                     "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
-                                     "tool_calls": [c.function.name for c in tool_calls]}
-            trace.append(entry)
-            if not tool_calls:
-                text = (msg.content or "").strip()
+            trace.append({"stage": "orchestrator", "round": round_no, "protocol": protocol,
+                          "tool_calls": [f"{name}({query!r})" for _, name, query in steps or []],
+                          "latency_ms": round((time.perf_counter() - t0) * 1000, 3)})
+            if not steps:
                 break
-            messages.append({"role": "assistant", "content": msg.content or "",
-                             "tool_calls": [{"id": c.id, "type": "function",
-                                             "function": {"name": c.function.name,
-                                                          "arguments": c.function.arguments}} for c in tool_calls]})
-            for c in tool_calls:
-                scope = by_name.get(c.function.name)
-                try:
-                    query = str(json.loads(c.function.arguments or "{}").get("query") or question)
-                except (json.JSONDecodeError, AttributeError):
-                    query = question
-                if scope is None:
-                    result = f"unknown tool {c.function.name!r}"
-                else:
+            for call_id, name, query in steps:
+                scope, found = self._run_tool(name, query, question)
+                if scope is not None:
                     searched.append(scope)
-                    found = self.index.search(query.strip() or question, [scope], self.k, self.search)
-                    hits.update({h.chunk_id: h for h in found})
-                    result = "\n\n".join(f"[{h.chunk_id}] {' '.join(h.text.split()[: self.max_chunk_words])}"
-                                         for h in found) or "no results"
-                messages.append({"role": "tool", "tool_call_id": c.id, "content": result})
-        cited = [c for c in dict.fromkeys(re.findall(r"\[([^\[\]]+)\]", text)) if c in hits]
+                hits.update({h.chunk_id: h for h in found})
+                result = f"unknown tool {name!r}" if scope is None else self._format(found, self.tool_result_words)
+                if protocol == "native":
+                    native.append({"role": "tool", "tool_call_id": call_id, "content": result})
+                else:
+                    prompted.append({"role": "user", "content": f"Results of {name}:\n{result}"})
+        text, cited = self._synthesise(question, list(hits.values()), trace)
+        calls += 1 if hits else 0
         decision = RouteDecision(scope=searched[0] if len(set(searched)) == 1 else None, stage="orchestrator",
                                  trace=tuple(trace))
         return Answer(question, text, cited, decision, sorted(set(searched)) or None, list(hits.values()), trace,
                       calls)
+
+    def _synthesise(self, question: str, hits: list[Hit], trace: list[dict[str, Any]]) -> tuple[str, list[str]]:
+        """The same constrained synthesis as :class:`ScopedRAG`, over everything the tools found."""
+        from .llm.client import LLMError, json_constraint
+
+        if not hits:
+            trace.append({"stage": "synthesis", "skipped": "no tool retrieved anything"})
+            return "I do not know: no search was made or nothing was found.", []
+        ids = [h.chunk_id for h in hits]
+        messages = [{"role": "system", "content": SYNTHESIS_PROMPT.format(
+                        sources=self._format(hits, self.max_chunk_words))},
+                    {"role": "user", "content": question}]
+        t0 = time.perf_counter()
+        try:
+            raw = self.client.chat(messages, max_tokens=self.max_answer_tokens,
+                                   **json_constraint(self.client.config.dialect, answer_schema(ids)))
+            text, cited = ScopedRAG._parse(raw, ids)
+            entry: dict[str, Any] = {"stage": "synthesis", "citations": len(cited)}
+        except LLMError as e:
+            log.warning("orchestrator synthesis failed: %s", e)
+            text, cited = "The answer could not be generated (the LLM endpoint failed).", []
+            entry = {"stage": "synthesis", "error": str(e)}
+        entry["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        trace.append(entry)
+        return text, cited

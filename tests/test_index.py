@@ -139,3 +139,20 @@ def test_recall_guard_keeps_the_global_head_in_scoped_results(bbc_index):
     assert [h.row for h in guarded[:2]] == [h.row for h in top_global]
     assert len(guarded) == 10 and len({h.row for h in guarded}) == 10
     assert all("entertainment" in h.scopes for h in guarded[2:])
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "bm25", "dense"])
+def test_in_scope_guard_never_drops_an_in_scope_chunk_that_global_search_found(bbc_index, mode):
+    cfg = SearchConfig(mode=mode, global_in_scope=True)
+    for q in ["shares fell after the profit warning", "the band's new album tops the chart",
+              "minister defends the election plan", "late goal wins the cup tie"]:
+        top_global = bbc_index.search(q, k=10, cfg=SearchConfig(mode=mode))
+        for scope in bbc_index.taxonomy.names:
+            scoped = bbc_index.search(q, scopes=[scope], k=10, cfg=cfg)
+            in_scope = [h.row for h in top_global if scope in h.scopes]
+            # first, in global order; then the shard's own ranking fills the rest, all in scope
+            assert [h.row for h in scoped[: len(in_scope)]] == in_scope
+            plain = bbc_index.search(q, scopes=[scope], k=10, cfg=SearchConfig(mode=mode))
+            assert {h.row for h in scoped} <= set(in_scope) | {h.row for h in plain}
+            assert len({h.row for h in scoped}) == len(scoped) == min(10, len(set(in_scope) | {h.row for h in plain}))
+            assert all(scope in h.scopes for h in scoped)

@@ -44,6 +44,75 @@ def test_zero_shot_router_answers_only_valid_scope_names(client, bbc_small_dir):
     assert all(d.stage == "llm" and d.trace[0]["scope"] == d.scope for d in decisions)
 
 
+def test_distribution_is_read_where_the_json_value_begins():
+    from types import SimpleNamespace as NS
+
+    from masdr_router.llm.client import choice_distribution
+
+    def pos(token, alts):
+        return NS(token=token, top_logprobs=[NS(token=t, logprob=lp) for t, lp in alts])
+
+    content = [pos("{", [("The", -0.5), ("S", -1.0)]), pos('"', [('"', -0.1)]), pos("scope", [("scope", -0.2)]),
+               pos('":', [('":', -0.1)]), pos(' "', [(' "', -0.1)]),
+               pos("sport", [("sport", -0.4), ("Business", -1.4), ("b", -0.9), ("s", -0.9), ("weather", -0.3)]),
+               pos('"}', [('"}', -0.1)])]
+    dist = choice_distribution(NS(content=content), ["business", "sport", "tech"], key="scope")
+    # "b"/"s" are too short to name a scope, "weather" names none; case does not matter
+    p_sport = 1 / (1 + 2.718281828 ** -1.0)
+    assert dist == pytest.approx({"business": 1 - p_sport, "sport": p_sport, "tech": 0.0}, rel=1e-6)
+    assert choice_distribution(NS(content=content[:1]), ["business", "sport"], key="scope") is None
+
+
+@pytest.mark.parametrize("labels", ["names", "letters"])
+def test_logprob_scoring_gives_a_distribution_over_every_scope(client, bbc_small_dir, labels):
+    tax = Taxonomy.from_yaml(bbc_small_dir / "taxonomy.yaml")
+    queries = [q.query for q in read_queries(bbc_small_dir / "test.jsonl", tax)]
+    router = LLMRouter(tax, client, scoring="logprobs", labels=labels)
+    assert router.labels == labels
+    decisions = router.route_batch(queries)
+    scored = [d for d in decisions if d.confidence is not None]
+    for d in scored:
+        assert set(d.scores) == set(tax.names) and sum(d.scores.values()) == pytest.approx(1.0)
+        assert d.scope == max(d.scores, key=d.scores.get) and d.confidence == d.scores[d.scope]
+    for d in decisions:
+        assert d.llm_calls == 1 and d.scope in tax.names
+        if d.confidence is None:  # no scope among the top log-probabilities: the plain answer, said so
+            assert d.trace[0]["distribution"] == "unavailable" and d.scores == {d.scope: 1.0}
+    assert len(scored) >= len(decisions) / 2
+    # a real distribution, not a one-hot vote: the small model is unsure about something
+    assert min(d.confidence for d in scored) < 0.99
+
+
+def test_logprob_router_abstains_below_its_threshold(client, bbc_small_dir):
+    tax = Taxonomy.from_yaml(bbc_small_dir / "taxonomy.yaml")
+    queries = [q.query for q in read_queries(bbc_small_dir / "test.jsonl", tax)]
+    scored = LLMRouter(tax, client, scoring="logprobs").route_batch(queries)
+    confs = sorted(d.confidence for d in scored if d.confidence is not None)
+    # the threshold sits in the widest gap between two confidences, far from batching noise
+    gap = max(range(len(confs) - 1), key=lambda i: confs[i + 1] - confs[i])
+    cut = (confs[gap] + confs[gap + 1]) / 2
+    gated = LLMRouter(tax, client, scoring="logprobs", threshold=cut).route_batch(queries)
+    for s, g in zip(scored, gated):  # temperature 0: the same distribution (up to batching noise), gated
+        assert (g.confidence is None) == (s.confidence is None)
+        if g.confidence is not None:
+            assert g.abstained == (g.confidence < cut) and g.scores == pytest.approx(s.scores, abs=1e-3)
+    assert any(g.abstained for g in gated) and not all(g.abstained for g in gated)
+
+
+def test_logprob_scoring_refuses_more_scopes_than_letter_codes():
+    from masdr_router.errors import MasdrError
+
+    tax = Taxonomy.from_dict({"name": "big", "scopes": [
+        {"name": f"s{i}", "description": "d", "match": {"c": i}} for i in range(27)]})
+    with pytest.raises(MasdrError, match="at most 26 scopes"):
+        LLMRouter(tax, client=object(), scoring="logprobs", labels="letters")
+    # "auto" picks letters only when names share their first characters (news-sport, news-tech)
+    assert LLMRouter(tax, client=object(), scoring="logprobs").labels == "names"
+    shared = Taxonomy.from_dict({"name": "n", "scopes": [
+        {"name": f"news-{t}", "description": "d", "match": {"c": t}} for t in ("sport", "tech")]})
+    assert LLMRouter(shared, client=object(), scoring="logprobs").labels == "letters"
+
+
 def test_streaming_yields_text(client):
     parts = list(client.stream([{"role": "user", "content": "Name one colour."}], max_tokens=8))
     assert parts and "".join(parts).strip()

@@ -78,6 +78,68 @@ def parse_choice(dialect: str, content: str | None, choices: Sequence[str], *, k
     return str(value)
 
 
+def choice_distribution(logprobs: Any, choices: Sequence[str], *, key: str | None = None) -> dict[str, float] | None:
+    """A probability distribution over ``choices`` read from the top log-probabilities the server
+    returned with a constrained answer, renormalised over the choices found; ``None`` when the
+    server sent none or no choice is among them.
+
+    Servers (llama.cpp; vLLM with its default ``--logprobs-mode raw_logprobs``) report the model's
+    own distribution at each position, before the grammar masks it. Two positions are read, the
+    first that names a choice wins: where the answer's value begins (after ``"key": "`` when the
+    answer is a JSON object, else the first token), then the first generated position (where a
+    model asked for a bare letter code states it, before the JSON wrapper dilutes it). A token
+    counts, case-insensitively, for the one choice it equals or begins with two or more characters
+    (``"Bus"`` and ``"business"`` both count for ``business``, ``"b"`` for none); a token that
+    begins several choices tells them apart no further and is left out. Choices absent from the
+    top-k get 0.
+
+    >>> from types import SimpleNamespace as NS
+    >>> first = NS(token="A", top_logprobs=[NS(token="A", logprob=-0.1), NS(token=" B", logprob=-2.4),
+    ...                                     NS(token="x", logprob=-3.0)])
+    >>> {k: round(v, 3) for k, v in choice_distribution(NS(content=[first]), ["A", "B", "C"]).items()}
+    {'A': 0.909, 'B': 0.091, 'C': 0.0}
+    """
+    import math
+    import re
+
+    try:
+        positions = list(logprobs.content or [])
+    except (AttributeError, TypeError):
+        return None
+    if not positions:
+        return None
+    texts = [str(getattr(p, "token", "")) for p in positions]
+    full = "".join(texts)
+    m = re.search(rf'"{re.escape(key)}"\s*:\s*"', full) if key else re.match(r'[\s"]*', full)
+    value_at = None
+    if m is not None:
+        offset = 0
+        for i, t in enumerate(texts):  # the token that holds the value's first character
+            offset += len(t)
+            if offset > m.end():
+                value_at = i
+                break
+    lowered = [c.lower() for c in choices]
+
+    def owner(token: str) -> int | None:
+        t = token.strip().strip('"').strip().lower()
+        if not t:
+            return None
+        hits = [i for i, c in enumerate(lowered) if c == t or (len(t) >= 2 and c.startswith(t))]
+        return hits[0] if len(hits) == 1 else None
+
+    for i in dict.fromkeys(j for j in (value_at, 0) if j is not None):
+        mass = [0.0] * len(choices)
+        for alt in getattr(positions[i], "top_logprobs", None) or []:
+            lp, c = getattr(alt, "logprob", None), owner(str(getattr(alt, "token", "")))
+            if c is not None and isinstance(lp, int | float) and math.isfinite(lp):
+                mass[c] += math.exp(lp)
+        total = sum(mass)
+        if total > 0:
+            return {c: v / total for c, v in zip(choices, mass)}
+    return None
+
+
 class LLMClient:
     """Chat with an OpenAI-compatible endpoint.
 
@@ -141,6 +203,23 @@ class LLMClient:
         except (AttributeError, IndexError, TypeError):
             raise LLMError("LLM endpoint returned a response without a message") from None
         return parse_choice(self.config.dialect, content, choices, key=key)
+
+    def choose_scored(self, messages: list[dict[str, Any]], choices: Sequence[str], *, key: str = "scope",
+                      max_tokens: int = 32, top_logprobs: int = 20, **kw: Any) -> tuple[str, dict[str, float] | None]:
+        """Like :meth:`choose`, and also a distribution over ``choices`` from the answer's
+        log-probabilities (see :func:`choice_distribution`); ``None`` when the server gives none.
+        ``choices`` should differ in their first token, so one position tells them apart."""
+        resp = self._create(messages, max_tokens=max_tokens, logprobs=True, top_logprobs=top_logprobs,
+                            **choice_constraint(self.config.dialect, choices, key=key), **kw)
+        try:
+            choice = resp.choices[0]
+            content = choice.message.content
+        except (AttributeError, IndexError, TypeError):
+            raise LLMError("LLM endpoint returned a response without a message") from None
+        # the JSON dialect wraps the answer as {"key": "..."}; the vLLM ones answer it bare
+        json_key = key if self.config.dialect == "openai" else None
+        return parse_choice(self.config.dialect, content, choices, key=key), \
+            choice_distribution(getattr(choice, "logprobs", None), choices, key=json_key)
 
     def stream(self, messages: list[dict[str, Any]], **kw: Any) -> Iterator[str]:
         """Yield the answer's text as it is generated."""

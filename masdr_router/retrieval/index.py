@@ -247,7 +247,7 @@ class ScopedIndex:
         for qi, sc in enumerate(scopes):
             for s in (sc if sc else [GLOBAL]):
                 groups.setdefault(s, []).append(qi)
-            if sc and cfg.global_head > 0:  # the recall guard needs the global ranking too
+            if sc and (cfg.global_head > 0 or cfg.global_in_scope):  # the recall guards need the global ranking
                 groups.setdefault(GLOBAL, []).append(qi)
         per_query: list[dict[str | None, list[tuple[int, float]]]] = [{} for _ in queries]
         for s, qis in groups.items():
@@ -257,8 +257,10 @@ class ScopedIndex:
         results = []
         for qi, by_scope in enumerate(per_query):
             head: list[tuple[int, float]] = []
-            if scopes[qi] and cfg.global_head > 0:
-                head = by_scope.pop(GLOBAL)[: cfg.global_head]
+            if scopes[qi] and (cfg.global_head > 0 or cfg.global_in_scope):
+                wanted = set(scopes[qi])
+                head = [(r, sc) for j, (r, sc) in enumerate(by_scope.pop(GLOBAL))
+                        if j < cfg.global_head or (cfg.global_in_scope and wanted.intersection(self.chunk_scopes[r]))]
             if len(by_scope) == 1:
                 ranked = next(iter(by_scope.values()))
             else:
