@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             from masdr_router.llm.server import LocalLLMServer
 
             url = stack.enter_context(LocalLLMServer()).base_url
-            extra = {"frequency_penalty": 0.8}  # as `masdr ask --local`: the 135M model loops without it
+            extra = {"frequency_penalty": 0.3}  # as `masdr ask --local`: the 135M model repeats itself without it
         client = LLMClient(LLMConfig(base_url=url, timeout_s=300, **extra))
         report["llm"] = {"base_url": url, "model": client.config.model}
         systems = {"single-call": ScopedRAG(index, _build_router(args.router, index, client), client, k=args.k),

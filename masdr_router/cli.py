@@ -338,7 +338,7 @@ def ask(
 
             with err.status("starting the embedded LLM server"):
                 url = stack.enter_context(LocalLLMServer()).base_url
-            extra = {"frequency_penalty": 0.8}  # the 135M model loops inside JSON strings without it
+            extra = {"frequency_penalty": 0.3}  # the 135M model repeats itself inside JSON strings without it
         if llm_config is not None:
             cfg = LLMConfig.from_yaml(llm_config).with_overrides(base_url=url, **extra)
         else:

@@ -24,8 +24,12 @@ from .routers.policy import search_plan
 
 log = logging.getLogger(__name__)
 
+# The reply's shape is spelled out although the server enforces it: a grammar only masks tokens,
+# and a small model that was not told it is writing {"citations", "answer"} fills the answer string
+# with junk (SmolLM2-135M on BBC: digits and id fragments without this line, sentences with it).
 SYNTHESIS_PROMPT = """Answer the question using only the sources below. Cite the ids of the sources \
 you used. If the sources do not contain the answer, say that you do not know.
+Reply with JSON: {{"citations": ["<source id>", ...], "answer": "<one or two sentences in plain English>"}}
 
 {sources}"""
 

@@ -88,10 +88,10 @@ def choice_distribution(logprobs: Any, choices: Sequence[str], *, key: str | Non
     first that names a choice wins: where the answer's value begins (after ``"key": "`` when the
     answer is a JSON object, else the first token), then the first generated position (where a
     model asked for a bare letter code states it, before the JSON wrapper dilutes it). A token
-    counts, case-insensitively, for the one choice it equals or begins with two or more characters
-    (``"Bus"`` and ``"business"`` both count for ``business``, ``"b"`` for none); a token that
-    begins several choices tells them apart no further and is left out. Choices absent from the
-    top-k get 0.
+    counts, case-insensitively, for the one choice it equals or begins (``"Bus"`` and
+    ``"business"`` both count for ``business``; at the first position only with two or more
+    characters, since there ``"S"`` may begin any word); a token that begins several choices tells
+    them apart no further and is left out. Choices absent from the top-k get 0.
 
     >>> from types import SimpleNamespace as NS
     >>> first = NS(token="A", top_logprobs=[NS(token="A", logprob=-0.1), NS(token=" B", logprob=-2.4),
@@ -121,17 +121,19 @@ def choice_distribution(logprobs: Any, choices: Sequence[str], *, key: str | Non
                 break
     lowered = [c.lower() for c in choices]
 
-    def owner(token: str) -> int | None:
+    def owner(token: str, min_prefix: int) -> int | None:
         t = token.strip().strip('"').strip().lower()
         if not t:
             return None
-        hits = [i for i, c in enumerate(lowered) if c == t or (len(t) >= 2 and c.startswith(t))]
+        hits = [i for i, c in enumerate(lowered) if c == t or (len(t) >= min_prefix and c.startswith(t))]
         return hits[0] if len(hits) == 1 else None
 
     for i in dict.fromkeys(j for j in (value_at, 0) if j is not None):
+        # inside the value every token starts a label; before it, "s" is as likely "Shares" as "sport"
+        min_prefix = 1 if i == value_at else 2
         mass = [0.0] * len(choices)
         for alt in getattr(positions[i], "top_logprobs", None) or []:
-            lp, c = getattr(alt, "logprob", None), owner(str(getattr(alt, "token", "")))
+            lp, c = getattr(alt, "logprob", None), owner(str(getattr(alt, "token", "")), min_prefix)
             if c is not None and isinstance(lp, int | float) and math.isfinite(lp):
                 mass[c] += math.exp(lp)
         total = sum(mass)

@@ -25,7 +25,7 @@ class LLMConfig(ConfigBase):
     temperature: float = 0.0
     max_tokens: int = 512
     frequency_penalty: float = field(default=0.0, metadata={
-        "help": "OpenAI frequency_penalty; ~0.8 keeps very small models (the embedded SmolLM2) from looping"})
+        "help": "OpenAI frequency_penalty; ~0.3 keeps very small models (the embedded SmolLM2) from repeating"})
 
     def __post_init__(self) -> None:
         if self.dialect not in {"openai", "vllm", "vllm-legacy"}:
