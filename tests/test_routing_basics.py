@@ -41,7 +41,8 @@ def test_global_router_always_abstains(tax):
 
 def test_load_router_by_name_and_unknown_names(tax):
     assert isinstance(load_router("regex", tax), RegexRouter)
-    with pytest.raises(MasdrError, match="unknown router 'magic': expected one of cascade, global, llm, llm-logprobs, oracle, regex"):
+    with pytest.raises(MasdrError, match="unknown router 'magic': expected one of "
+                                         "cascade, global, llm, llm-logprobs, oracle, regex"):
         load_router("magic", tax)
 
 
