@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from .config import SearchConfig
-from .pipeline import SYNTHESIS_PROMPT, Answer, ScopedRAG, answer_schema
+from .pipeline import Answer, format_sources, synthesise
 from .query import validate_query
 from .retrieval.index import Hit, ScopedIndex
 from .routers.base import RouteDecision
@@ -135,10 +135,6 @@ class Orchestrator:
             return None, []
         return scope, self.index.search(query.strip() or question, [scope], self.k, self.search)
 
-    @staticmethod
-    def _format(hits: list[Hit], words: int) -> str:
-        return "\n\n".join(f"[{h.chunk_id}] {' '.join(h.text.split()[:words])}" for h in hits) or "no results"
-
     # -- the loop -------------------------------------------------------------------------------
     def ask(self, question: str) -> Answer:
         from .llm.client import LLMError
@@ -180,39 +176,17 @@ class Orchestrator:
                 if scope is not None:
                     searched.append(scope)
                 hits.update({h.chunk_id: h for h in found})
-                result = f"unknown tool {name!r}" if scope is None else self._format(found, self.tool_result_words)
+                result = f"unknown tool {name!r}" if scope is None else format_sources(found, self.tool_result_words)
                 if protocol == "native":
                     native.append({"role": "tool", "tool_call_id": call_id, "content": result})
                 else:
                     prompted.append({"role": "user", "content": f"Results of {name}:\n{result}"})
-        text, cited = self._synthesise(question, list(hits.values()), trace)
-        calls += 1 if hits else 0
+        # the same constrained synthesis as ScopedRAG, over everything the tools found
+        text, cited, entry = synthesise(self.client, question, list(hits.values()),
+                                        max_chunk_words=self.max_chunk_words, max_answer_tokens=self.max_answer_tokens)
+        trace.append(entry)
+        calls += 0 if "skipped" in entry else 1
         decision = RouteDecision(scope=searched[0] if len(set(searched)) == 1 else None, stage="orchestrator",
                                  trace=tuple(trace))
         return Answer(question, text, cited, decision, sorted(set(searched)) or None, list(hits.values()), trace,
                       calls)
-
-    def _synthesise(self, question: str, hits: list[Hit], trace: list[dict[str, Any]]) -> tuple[str, list[str]]:
-        """The same constrained synthesis as :class:`ScopedRAG`, over everything the tools found."""
-        from .llm.client import LLMError, json_constraint
-
-        if not hits:
-            trace.append({"stage": "synthesis", "skipped": "no tool retrieved anything"})
-            return "I do not know: no search was made or nothing was found.", []
-        ids = [h.chunk_id for h in hits]
-        messages = [{"role": "system", "content": SYNTHESIS_PROMPT.format(
-                        sources=self._format(hits, self.max_chunk_words))},
-                    {"role": "user", "content": question}]
-        t0 = time.perf_counter()
-        try:
-            raw = self.client.chat(messages, max_tokens=self.max_answer_tokens,
-                                   **json_constraint(self.client.config.dialect, answer_schema(ids)))
-            text, cited = ScopedRAG._parse(raw, ids)
-            entry: dict[str, Any] = {"stage": "synthesis", "citations": len(cited)}
-        except LLMError as e:
-            log.warning("orchestrator synthesis failed: %s", e)
-            text, cited = "The answer could not be generated (the LLM endpoint failed).", []
-            entry = {"stage": "synthesis", "error": str(e)}
-        entry["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-        trace.append(entry)
-        return text, cited

@@ -68,6 +68,38 @@ def answer_schema(chunk_ids: list[str], max_answer_chars: int = 600) -> dict[str
                            "answer": {"type": "string", "minLength": 20, "maxLength": max_answer_chars}}}
 
 
+def format_sources(hits: list[Hit], words: int) -> str:
+    """``[chunk id] text`` blocks, each cut to ``words`` words, as the LLM sees retrieved chunks."""
+    return "\n\n".join(f"[{h.chunk_id}] {' '.join(h.text.split()[:words])}" for h in hits) or "no results"
+
+
+def synthesise(client: Any, question: str, hits: list[Hit], *, max_chunk_words: int = 120,
+               max_answer_tokens: int = 256) -> tuple[str, list[str], dict[str, Any]]:
+    """One constrained synthesis call over ``hits``: ``(answer, citations, trace entry)``. The
+    citations are retrieved chunk ids only; a failed endpoint gives an apology, not an exception."""
+    from .llm.client import LLMError, json_constraint
+
+    if not hits:
+        return "I do not know: nothing was retrieved for this question.", [], {"stage": "synthesis",
+                                                                              "skipped": "nothing retrieved"}
+    ids = [h.chunk_id for h in hits]
+    messages = [{"role": "system", "content": SYNTHESIS_PROMPT.format(sources=format_sources(hits, max_chunk_words))},
+                {"role": "user", "content": question}]
+    t0 = time.perf_counter()
+    entry: dict[str, Any] = {"stage": "synthesis"}
+    try:
+        raw = client.chat(messages, max_tokens=max_answer_tokens,
+                          **json_constraint(client.config.dialect, answer_schema(ids)))
+        text, cited = ScopedRAG._parse(raw, ids)
+        entry["citations"] = len(cited)
+    except LLMError as e:
+        log.warning("synthesis failed: %s", e)
+        text, cited = "The answer could not be generated (the LLM endpoint failed).", []
+        entry.update(citations=0, error=str(e))
+    entry["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    return text, cited, entry
+
+
 class ScopedRAG:
     """The answer path.
 
@@ -98,34 +130,12 @@ class ScopedRAG:
 
     def ask(self, question: str) -> Answer:
         """Route, retrieve, and answer with one LLM call (plus the router's own call, if any)."""
-        from .llm.client import LLMError, json_constraint
-
         decision, scopes, hits, trace = self.retrieve(question)
-        llm_calls = decision.llm_calls
-        if not hits:
-            trace.append({"stage": "synthesis", "skipped": "nothing retrieved"})
-            return Answer(question, "I do not know: nothing was retrieved for this question.", [], decision,
-                          scopes, hits, trace, llm_calls)
-        ids = [h.chunk_id for h in hits]
-        sources = "\n\n".join(f"[{h.chunk_id}] {' '.join(h.text.split()[: self.max_chunk_words])}" for h in hits)
-        messages = [{"role": "system", "content": SYNTHESIS_PROMPT.format(sources=sources)},
-                    {"role": "user", "content": question}]
-        t0 = time.perf_counter()
-        try:
-            raw = self.client.chat(messages, max_tokens=self.max_answer_tokens,
-                                   **json_constraint(self.client.config.dialect, answer_schema(ids)))
-            text, cited = self._parse(raw, ids)
-            error = None
-        except LLMError as e:
-            log.warning("synthesis failed: %s", e)
-            text, cited, error = "The answer could not be generated (the LLM endpoint failed).", [], str(e)
-        llm_calls += 1
-        entry: dict[str, Any] = {"stage": "synthesis", "latency_ms": round((time.perf_counter() - t0) * 1000, 3),
-                                 "citations": len(cited)}
-        if error:
-            entry["error"] = error
+        text, cited, entry = synthesise(self.client, question, hits, max_chunk_words=self.max_chunk_words,
+                                        max_answer_tokens=self.max_answer_tokens)
         trace.append(entry)
-        return Answer(question, text, cited, decision, scopes, hits, trace, llm_calls)
+        return Answer(question, text, cited, decision, scopes, hits, trace,
+                      decision.llm_calls + (0 if "skipped" in entry else 1))
 
     @staticmethod
     def _parse(raw: str, ids: list[str]) -> tuple[str, list[str]]:
