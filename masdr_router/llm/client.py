@@ -198,30 +198,29 @@ class LLMClient:
     def choose(self, messages: list[dict[str, Any]], choices: Sequence[str], *, key: str = "scope",
                max_tokens: int = 32, **kw: Any) -> str:
         """One of ``choices``, constrained by the server (see :func:`choice_constraint`)."""
-        resp = self._create(messages, max_tokens=max_tokens,
-                            **choice_constraint(self.config.dialect, choices, key=key), **kw)
-        try:
-            content = resp.choices[0].message.content
-        except (AttributeError, IndexError, TypeError):
-            raise LLMError("LLM endpoint returned a response without a message") from None
-        return parse_choice(self.config.dialect, content, choices, key=key)
+        return self._constrained_choice(messages, choices, key=key, max_tokens=max_tokens, **kw)[0]
 
     def choose_scored(self, messages: list[dict[str, Any]], choices: Sequence[str], *, key: str = "scope",
                       max_tokens: int = 32, top_logprobs: int = 20, **kw: Any) -> tuple[str, dict[str, float] | None]:
         """Like :meth:`choose`, and also a distribution over ``choices`` from the answer's
         log-probabilities (see :func:`choice_distribution`); ``None`` when the server gives none.
         ``choices`` should differ in their first token, so one position tells them apart."""
-        resp = self._create(messages, max_tokens=max_tokens, logprobs=True, top_logprobs=top_logprobs,
-                            **choice_constraint(self.config.dialect, choices, key=key), **kw)
+        answer, choice = self._constrained_choice(messages, choices, key=key, max_tokens=max_tokens,
+                                                  logprobs=True, top_logprobs=top_logprobs, **kw)
+        # the JSON dialect wraps the answer as {"key": "..."}; the vLLM ones answer it bare
+        json_key = key if self.config.dialect == "openai" else None
+        return answer, choice_distribution(getattr(choice, "logprobs", None), choices, key=json_key)
+
+    def _constrained_choice(self, messages: list[dict[str, Any]], choices: Sequence[str], *, key: str,
+                            **kw: Any) -> tuple[str, Any]:
+        """The parsed label and the raw response choice it came from."""
+        resp = self._create(messages, **choice_constraint(self.config.dialect, choices, key=key), **kw)
         try:
             choice = resp.choices[0]
             content = choice.message.content
         except (AttributeError, IndexError, TypeError):
             raise LLMError("LLM endpoint returned a response without a message") from None
-        # the JSON dialect wraps the answer as {"key": "..."}; the vLLM ones answer it bare
-        json_key = key if self.config.dialect == "openai" else None
-        return parse_choice(self.config.dialect, content, choices, key=key), \
-            choice_distribution(getattr(choice, "logprobs", None), choices, key=json_key)
+        return parse_choice(self.config.dialect, content, choices, key=key), choice
 
     def stream(self, messages: list[dict[str, Any]], **kw: Any) -> Iterator[str]:
         """Yield the answer's text as it is generated."""
