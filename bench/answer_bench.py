@@ -25,6 +25,7 @@ import os
 import random
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,8 @@ def _row(ans: Any, q: Any, seconds: float) -> dict[str, Any]:
             "context_in_scope": (sum(q.scope in h.scopes for h in ans.hits) / len(ans.hits)) if ans.hits else 0.0,
             "citation_valid": all(c in ids for c in ans.citations), "cited": bool(ans.citations),
             "context_chunks": len(ans.hits), "llm_calls": ans.llm_calls, "seconds": seconds,
-            "tool_rounds": sum(1 for t in ans.trace if t.get("stage") == "orchestrator"),
+            "tool_rounds": sum(1 for t in ans.trace if t.get("stage") == "orchestrator" and "protocol" in t),
+            "protocols": sorted({t["protocol"] for t in ans.trace if "protocol" in t}),
             "answer": ans.answer, "citations": ans.citations}
 
 
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--queries", type=Path, required=True, help="labelled test queries JSONL (with relevant_ids)")
-    ap.add_argument("--router", action="append", required=True, help="router spec(s) for the single-call system")
+    ap.add_argument("--router", required=True, help="router spec for the single-call system (as in `masdr ask`)")
     ap.add_argument("--n", type=int, default=40, help="questions (a seeded random sample)")
     ap.add_argument("--k", type=int, default=3, help="chunks per search")
     ap.add_argument("--max-rounds", type=int, default=5)
@@ -76,30 +78,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
-    from masdr_router.cli import _build_router
+    from masdr_router.answer import Orchestrator, ScopedRAG
     from masdr_router.data import read_queries
     from masdr_router.llm.client import LLMClient
     from masdr_router.llm.config import LLMConfig
-    from masdr_router.orchestrator import Orchestrator
-    from masdr_router.pipeline import ScopedRAG
+    from masdr_router.llm.connect import open_client
     from masdr_router.progress import progress_bar
     from masdr_router.retrieval.index import ScopedIndex
+    from masdr_router.routers import build_router, parse_router_spec
 
     index = ScopedIndex.load(args.index)
     queries = [q for q in read_queries(args.queries, taxonomy=index.taxonomy) if q.relevant_ids]
     sample = random.Random(0).sample(queries, min(args.n, len(queries)))
     report: dict[str, Any] = {"index": str(args.index), "queries": str(args.queries), "n": len(sample),
                               "k": args.k, "max_rounds": args.max_rounds, "systems": {}}
+    spec = parse_router_spec(args.router)
     with contextlib.ExitStack() as stack:
-        url, extra = args.llm_url, {}
-        if url is None:
-            from masdr_router.llm.server import LocalLLMServer
-
-            url = stack.enter_context(LocalLLMServer()).base_url
-            extra = {"frequency_penalty": 0.3}  # as `masdr ask --local`: the 135M model repeats itself without it
-        client = LLMClient(LLMConfig(base_url=url, timeout_s=300, **extra))
-        report["llm"] = {"base_url": url, "model": client.config.model}
-        systems = {"single-call": ScopedRAG(index, _build_router(args.router, index, client), client, k=args.k),
+        # no --llm-url: the embedded server, with the client settings `masdr ask --local` uses
+        cfg = LLMConfig(base_url=args.llm_url, timeout_s=300) if args.llm_url else None
+        client = stack.enter_context(open_client(cfg, local=args.llm_url is None))
+        report["llm"] = dict(zip(("base_url", "model"), client.endpoint))
+        router = build_router(spec, index=index, llm=client)
+        systems = {"single-call": ScopedRAG(index, router, client, k=args.k, policy=spec.policy),
                    "orchestrator": Orchestrator(index, client, k=args.k, max_rounds=args.max_rounds,
                                                 protocol=args.tool_protocol)}
         judge = LLMClient(LLMConfig(base_url=args.judge_url, model="judge", timeout_s=300)) if args.judge_url else None
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 faith = [r["faithfulness"] for r in rows if r.get("faithfulness") is not None]
                 summary["faithfulness"] = round(statistics.fmean(faith), 4) if faith else None
             if name == "orchestrator":
-                summary["tool_protocol"] = system.protocol
+                summary["tool_protocols"] = dict(Counter(p for r in rows for p in r["protocols"]))
             report["systems"][name] = {"summary": summary, "rows": rows}
 
     table = Table(title=f"answer path on {len(sample)} questions ({args.queries})")

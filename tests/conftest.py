@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -98,3 +100,19 @@ scopes:
     description: Everything from the news desk.
     match: {source: news}
 """
+
+
+def masdr(*args, cwd=None, env=None, timeout=600):
+    """Run the real ``masdr`` command line in a subprocess, as a user would."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "masdr_router.cli", *map(str, args)], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def one_line_error(proc):
+    """The CLI's error contract: exit status 2 and exactly one ``error: ...`` line on stderr."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]

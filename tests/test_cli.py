@@ -5,32 +5,27 @@ output directory left behind.
 """
 
 import json
-import os
-import subprocess
-import sys
+import re
 
 import pytest
-from conftest import TAXONOMY_YAML
+from conftest import TAXONOMY_YAML, masdr, one_line_error
+
+STABLE_COMMANDS = {"data", "index", "search", "route", "train", "eval", "export", "ask", "llm", "demo"}
 
 
-def masdr(*args, cwd=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "masdr_router.cli", *map(str, args)], capture_output=True,
-                          text=True, env=env, cwd=cwd, timeout=600)
-
-
-def one_line_error(proc):
-    assert proc.returncode != 0, proc.stdout
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    return lines[0]
-
-
-def test_help_lists_the_stable_commands():
+def test_help_lists_exactly_the_stable_commands():
     p = masdr("--help")
     assert p.returncode == 0
-    for cmd in ("data", "index", "eval", "route", "search", "demo"):
-        assert cmd in p.stdout
+    # the command table's rows: a box border, the command name, its help
+    listed = set(re.findall(r"^\S\s+([a-z]+)\s{2,}\S", p.stdout, flags=re.MULTILINE))
+    assert listed == STABLE_COMMANDS, p.stdout
+
+
+def test_version():
+    from masdr_router import __version__
+
+    p = masdr("--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"masdr {__version__}"
 
 
 def test_build_then_evaluate_writes_the_json_contract(bbc_small_dir, tmp_path):
@@ -52,7 +47,7 @@ def test_build_then_evaluate_writes_the_json_contract(bbc_small_dir, tmp_path):
 
 
 def test_route_prints_the_decision(bbc_small_dir):
-    p = masdr("route", "--router", "regex", "--taxonomy", bbc_small_dir / "taxonomy.yaml", "--json",
+    p = masdr("route", "--router", "regex", "--taxonomy", bbc_small_dir / "taxonomy.yaml", "--json", "-",
               "Shares in the bank fell as profits slumped")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)

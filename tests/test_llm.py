@@ -195,10 +195,25 @@ def test_endpoint_faults_become_abstentions_not_crashes(fault, message, faulty_s
 
 
 def test_api_key_is_read_from_env_and_never_in_config(monkeypatch):
+    monkeypatch.delenv("MASDR_LLM_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-value")
+    assert LLMConfig().api_key() == "sk-openai-value"  # the SDK's own variable is honoured
     monkeypatch.setenv("MASDR_LLM_API_KEY", "sk-secret-value")
-    c = LLMClient(LLMConfig())
-    assert "sk-secret" not in json.dumps(c.config.to_dict())
-    assert c._client.api_key == "sk-secret-value"
+    cfg = LLMConfig()
+    assert cfg.api_key() == "sk-secret-value"  # ours wins
+    assert "sk-secret" not in json.dumps(cfg.to_dict()) and "sk-secret" not in repr(cfg)
+
+
+def test_endpoint_comes_from_our_variables_then_the_openai_sdks(monkeypatch):
+    for name in ("MASDR_LLM_BASE_URL", "OPENAI_BASE_URL", "MASDR_LLM_MODEL", "MASDR_LLM_DIALECT"):
+        monkeypatch.delenv(name, raising=False)
+    assert LLMConfig.from_env().base_url == "http://127.0.0.1:8080/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9000/v1")
+    assert LLMConfig.from_env().base_url == "http://127.0.0.1:9000/v1"
+    monkeypatch.setenv("MASDR_LLM_BASE_URL", "http://127.0.0.1:9001/v1")
+    monkeypatch.setenv("MASDR_LLM_DIALECT", "vllm")
+    cfg = LLMConfig.from_env()
+    assert (cfg.base_url, cfg.dialect) == ("http://127.0.0.1:9001/v1", "vllm")
 
 
 # ---- cascade -------------------------------------------------------------------------------------
@@ -241,7 +256,7 @@ def test_cascade_allows_at_most_one_llm_call(bbc_small):
 
 
 def test_eval_router_cli_with_llm_and_cascade(llm_server, bbc_small_dir, tmp_path, monkeypatch):
-    from test_cli import masdr
+    from conftest import masdr
 
     monkeypatch.setenv("MASDR_LLM_BASE_URL", llm_server.base_url)
     out = tmp_path / "r.json"

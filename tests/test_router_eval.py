@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from test_cli import masdr, one_line_error
+from conftest import masdr, one_line_error
 
 from masdr_router import RegexRouter, RouteDecision, TrainConfig, evaluate_retrieval, evaluate_router, train_router
 from masdr_router.errors import MasdrError
@@ -61,7 +61,7 @@ def test_policies_in_retrieval_evaluation(bbc_small, bbc_index, small_router):
 
 
 def test_cli_routes_and_evaluates_with_a_trained_router(bbc_small_dir, bbc_index_dir, small_router, tmp_path):
-    p = masdr("route", "--router", small_router, "--taxonomy", bbc_small_dir / "taxonomy.yaml", "--json",
+    p = masdr("route", "--router", small_router, "--taxonomy", bbc_small_dir / "taxonomy.yaml", "--json", "-",
               "Shares in the bank fell as profits slumped")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
@@ -70,7 +70,7 @@ def test_cli_routes_and_evaluates_with_a_trained_router(bbc_small_dir, bbc_index
     p = masdr("eval", "router", "--router", small_router, "--taxonomy", bbc_small_dir / "taxonomy.yaml",
               "--queries", bbc_small_dir / "test.jsonl", "--json", out, "--plot", tmp_path / "router.png")
     assert p.returncode == 0, p.stderr
-    rep = json.loads(out.read_text())
+    rep = json.loads(out.read_text())["bbc-router"]
     assert {"accuracy", "macro_f1", "per_scope", "ece", "abstain_rate", "latency_ms", "throughput_qps"} <= set(rep)
     assert (tmp_path / "router.png").stat().st_size > 10_000
     p = masdr("eval", "retrieval", "--index", bbc_index_dir, "--queries", bbc_small_dir / "test.jsonl",
@@ -107,5 +107,9 @@ def test_retrieval_vote_combines_router_scores_with_the_global_neighbours(bbc_sm
     decisions = votes_only.route_batch(texts)  # no router scores: the neighbours' scopes decide
     assert all(abs(sum(d.scores.values()) - 1) < 1e-6 for d in decisions)
     assert sum(d.scope == q.scope for d, q in zip(decisions, bbc_small.queries)) / len(texts) > 0.6
-    stats = RetrievalVoteRouter(lora, bbc_index).fit(bbc_small.queries, target_accuracy=0.9)
+    from masdr_router.training.calibration import fit_vote_threshold
+
+    voted = RetrievalVoteRouter(lora, bbc_index)
+    stats = fit_vote_threshold(voted, bbc_small.queries, target_accuracy=0.9)
+    assert voted.threshold == stats["threshold"]
     assert stats["accuracy_when_answered"] >= 0.9 or stats["abstain_rate"] == 1.0

@@ -3,7 +3,7 @@
 import pytest
 from conftest import TAXONOMY_YAML
 
-from masdr_router import GlobalRouter, LabelledQuery, QueryError, RegexRouter, Taxonomy, load_router
+from masdr_router import GlobalRouter, LabelledQuery, QueryError, RegexRouter, Taxonomy, build_router
 from masdr_router.datasets.splits import stratified_split
 from masdr_router.errors import MasdrError
 from masdr_router.retrieval.fusion import rrf_fuse
@@ -39,11 +39,11 @@ def test_global_router_always_abstains(tax):
     assert GlobalRouter(tax).route("a goal").abstained
 
 
-def test_load_router_by_name_and_unknown_names(tax):
-    assert isinstance(load_router("regex", tax), RegexRouter)
+def test_build_router_by_name_and_unknown_names(tax):
+    assert isinstance(build_router("regex", taxonomy=tax), RegexRouter)
     with pytest.raises(MasdrError, match="unknown router 'magic': expected one of "
                                          "cascade, global, llm, llm-logprobs, oracle, regex"):
-        load_router("magic", tax)
+        build_router("magic", taxonomy=tax)
 
 
 def test_rrf_known_answer_and_weights():

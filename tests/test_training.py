@@ -13,10 +13,20 @@ import pytest
 from wandb_records import read_run
 
 from masdr_router import LabelledQuery, LoraRouter, Taxonomy, TaxonomyMismatchError, TrainConfig, train_router
-from masdr_router.errors import ValidationError
+from masdr_router.errors import ConfigError, ValidationError
 from masdr_router.training.calibration import choose_threshold, expected_calibration_error, fit_temperature
 
 FAST = {"epochs": 2, "batch_size": 16, "max_length": 32, "progress": False, "learning_rate": 2e-3}
+
+
+def kill_after(epoch):
+    """An ``on_epoch_end`` callback that interrupts training like a kill once ``epoch`` is checkpointed."""
+
+    def callback(end):
+        if end.epoch >= epoch:
+            raise KeyboardInterrupt
+
+    return callback
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +82,13 @@ def test_below_threshold_the_router_abstains_or_offers_top2(trained):
     probs = np.array([0.4, 0.35, 0.1, 0.1, 0.05])
     r.threshold = 0.5
     r.below_threshold = "abstain"
-    d = r._decide(probs)
+    d = r.decide(probs)
     assert d.abstained and d.search_scopes is None
     r.below_threshold = "top2"
-    d = r._decide(probs)
+    d = r.decide(probs)
     assert d.abstained and d.search_scopes == ["business", "entertainment"]
     r.threshold = 0.3
-    assert r._decide(probs).scope == "business"
+    assert r.decide(probs).scope == "business"
 
 
 def test_resume_after_interruption_matches_an_uninterrupted_run(bbc_queries, tmp_path):
@@ -87,7 +97,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(bbc_queries, tmp
     full = train_router(tax, qs, None, cfg)
     ckpt = tmp_path / "run.ckpt"
     with pytest.raises(KeyboardInterrupt):
-        train_router(tax, qs, None, cfg, checkpoint_dir=ckpt, stop_after_epoch=1)
+        train_router(tax, qs, None, cfg, checkpoint_dir=ckpt, on_epoch_end=kill_after(1))
     assert json.loads((ckpt / "state.json").read_text())["epoch"] == 1
     resumed = train_router(tax, qs, None, cfg, checkpoint_dir=ckpt)
     assert resumed.resumed_from_epoch == 1
@@ -100,7 +110,7 @@ def test_a_checkpoint_of_another_run_is_not_resumed(bbc_queries, tmp_path):
     tax, qs = bbc_queries
     ckpt = tmp_path / "run.ckpt"
     with pytest.raises(KeyboardInterrupt):
-        train_router(tax, qs, None, TrainConfig(**FAST), checkpoint_dir=ckpt, stop_after_epoch=1)
+        train_router(tax, qs, None, TrainConfig(**FAST), checkpoint_dir=ckpt, on_epoch_end=kill_after(1))
     other = train_router(tax, qs, None, TrainConfig(**{**FAST, "epochs": 1, "seed": 5}), checkpoint_dir=ckpt)
     assert other.resumed_from_epoch == 0
 
@@ -148,8 +158,27 @@ def test_unknown_config_keys_and_bad_values_are_errors(tmp_path):
     (tmp_path / "c.yaml").write_text("epochs: 3\nlearning_rat: 0.1\n")
     with pytest.raises(ValidationError, match=r"unknown key\(s\) \['learning_rat'\]"):
         TrainConfig.from_yaml(tmp_path / "c.yaml")
-    with pytest.raises(ValueError, match="pooling must be mean or cls"):
+    with pytest.raises(ConfigError, match=r"field 'pooling': expected one of mean, cls, got 'max'"):
         TrainConfig(pooling="max")
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"epochs": 3.5}, r"field 'epochs': expected an integer, got 3.5"),
+    ({"epochs": True}, r"field 'epochs': expected an integer, got True"),
+    ({"epochs": "3"}, r"field 'epochs': expected an integer, got '3'"),
+    ({"target_modules": "query"}, r"field 'target_modules': expected a list of strings, got 'query'"),
+    ({"target_modules": ["query", 3]}, r"field 'target_modules': expected a list of strings"),
+    ({"learning_rate": -1.0}, r"field 'learning_rate': must be > 0, got -1.0"),
+    ({"val_fraction": 1.0}, r"field 'val_fraction': must be in \(0, 1\), got 1.0"),
+    ({"target_abstain_rate": "half"}, r"field 'target_abstain_rate': expected a number or null"),
+    ({"progress": "yes"}, r"field 'progress': expected true or false, got 'yes'"),
+])
+def test_config_values_are_type_checked_never_coerced(values, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig.from_dict(values, source="cfg.yaml")
+    # an integer where a number is expected is widened, not refused
+    assert TrainConfig(learning_rate=1).learning_rate == 1.0 and isinstance(TrainConfig(learning_rate=1).learning_rate,
+                                                                            float)
 
 
 @pytest.mark.parametrize("name", ["cpu", "gpu"])

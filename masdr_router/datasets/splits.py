@@ -7,6 +7,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from ..data import LabelledQuery
+from ..errors import UsageError
+
+
+def check_shares(val: float, test: float) -> None:
+    """:class:`UsageError` unless ``0 <= val, test`` and ``val + test < 1`` (something is left to train on)."""
+    if not 0 <= val < 1 or not 0 <= test < 1 or val + test >= 1:
+        raise UsageError(f"split shares need 0 <= val, test and val + test < 1, got val={val}, test={test}")
 
 
 def stratified_split(queries: Sequence[LabelledQuery], *, val: float = 0.1, test: float = 0.2,
@@ -20,8 +27,7 @@ def stratified_split(queries: Sequence[LabelledQuery], *, val: float = 0.1, test
     >>> {k: len(v) for k, v in stratified_split(qs, seed=1).items()}
     {'train': 14, 'val': 2, 'test': 4}
     """
-    if not 0 <= val < 1 or not 0 <= test < 1 or val + test >= 1:
-        raise ValueError(f"need 0 <= val, test and val + test < 1, got val={val}, test={test}")
+    check_shares(val, test)
     rng = random.Random(seed)
     by_scope: dict[str, list[int]] = defaultdict(list)
     for i, q in enumerate(queries):

@@ -13,10 +13,14 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..data import LabelledQuery
-from ..errors import MasdrError
+from ..errors import LLMError, MasdrError
+
+if TYPE_CHECKING:
+    from ..answer.rag import Answer, ScopedRAG
+    from ..llm.protocol import ChatClient
 
 CLAIM_PROMPT = """Sources:
 {sources}
@@ -43,16 +47,15 @@ def split_claims(answer: str, *, min_words: int = 3) -> list[str]:
     return [re.sub(r"\s+([.!?])$", r"\1", s) for s in sentences if len(s.split()) >= min_words]
 
 
-def _verdict(judge: Any, prompt: str, choices: list[str]) -> str | None:
-    from ..llm.client import LLMError
-
+def _verdict(judge: ChatClient, prompt: str, choices: list[str]) -> str | None:
     try:
         return judge.choose([{"role": "user", "content": prompt}], choices, key="verdict")
     except LLMError:
         return None
 
 
-def judge_answer(judge: Any, answer: Any, reference: str | None = None, *, max_claims: int = 8) -> dict[str, Any]:
+def judge_answer(judge: ChatClient, answer: Answer, reference: str | None = None, *,
+                 max_claims: int = 8) -> dict[str, Any]:
     """Faithfulness (and correctness when a reference is given) of one :class:`Answer`."""
     sources = "\n\n".join(f"[{h.chunk_id}] {h.text}" for h in answer.hits)
     claims = split_claims(answer.answer)[:max_claims]
@@ -68,11 +71,10 @@ def judge_answer(judge: Any, answer: Any, reference: str | None = None, *, max_c
     return out
 
 
-def evaluate_answers(rag: Any, queries: Sequence[LabelledQuery], judge: Any) -> dict[str, Any]:
+def evaluate_answers(rag: ScopedRAG, queries: Sequence[LabelledQuery], judge: ChatClient) -> dict[str, Any]:
     """Answer each query with ``rag`` and judge it. The judge must be a different endpoint or model
     from the generator: a model grading its own answers is not an evaluation."""
-    gen, jc = rag.client.config, judge.config
-    if (gen.base_url, gen.model) == (jc.base_url, jc.model):
+    if rag.client.endpoint == judge.endpoint:
         raise MasdrError("the judge must differ from the generator (another endpoint or model)")
     rows = []
     for q in queries:

@@ -38,7 +38,7 @@ def evaluate_router(router: Router, queries: Sequence[LabelledQuery], *, through
     from sklearn.metrics import f1_score, precision_recall_fscore_support
 
     from ..progress import progress_bar
-    from ..training.calibration import expected_calibration_error
+    from .calibration import expected_calibration_error, reliability
 
     labels = router.taxonomy.names
     texts = [q.query for q in queries]
@@ -79,7 +79,7 @@ def evaluate_router(router: Router, queries: Sequence[LabelledQuery], *, through
         "per_scope": per_scope,
         "confusion": {"labels": labels, "columns": cols, "matrix": cm.tolist()},
         "ece": round(expected_calibration_error(conf, top1_correct), 4) if has_conf else None,
-        "reliability": _reliability(conf, top1_correct) if has_conf else None,
+        "reliability": reliability(conf, top1_correct) if has_conf else None,
         "abstain_rate": round(1 - len(answered) / len(decisions), 4),
         "accuracy_when_answered": round(float(np.mean([pred[i] == gold[i] for i in answered])), 4)
         if answered else None,
@@ -91,15 +91,3 @@ def evaluate_router(router: Router, queries: Sequence[LabelledQuery], *, through
         "llm_calls_per_query": round(statistics.fmean(d.llm_calls for d in decisions), 4),
         "decided_by": dict(Counter(d.stage for d in decisions)),
     }
-
-
-def _reliability(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10) -> dict[str, list[float | int]]:
-    bins = np.minimum((conf * n_bins).astype(int), n_bins - 1)
-    acc, mean_conf, count = [], [], []
-    for b in range(n_bins):
-        m = bins == b
-        count.append(int(m.sum()))
-        acc.append(round(float(correct[m].mean()), 4) if m.any() else None)
-        mean_conf.append(round(float(conf[m].mean()), 4) if m.any() else None)
-    return {"bin_upper": [round((b + 1) / n_bins, 2) for b in range(n_bins)], "accuracy": acc,
-            "confidence": mean_conf, "count": count}

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..errors import MasdrError
+from ..errors import LLMError
 from .config import LLMConfig
+
+__all__ = ["LLMClient", "LLMError", "choice_constraint", "choice_distribution", "json_constraint", "parse_choice"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class LLMError(MasdrError):
-    """The endpoint was unreachable, timed out, or answered something unusable."""
 
 
 def json_constraint(dialect: str, schema: dict[str, Any], *, name: str = "answer") -> dict[str, Any]:
@@ -155,9 +152,13 @@ class LLMClient:
 
         self.config = config or LLMConfig()
         # A placeholder key keeps the SDK happy against local servers that need none.
-        key = os.environ.get(self.config.api_key_env) or "not-needed"
+        key = self.config.api_key() or "not-needed"
         self._client = openai.OpenAI(base_url=self.config.base_url, api_key=key, timeout=self.config.timeout_s,
                                      max_retries=self.config.max_retries)
+
+    @property
+    def endpoint(self) -> tuple[str, str]:
+        return self.config.base_url, self.config.model
 
     def _create(self, messages: list[dict[str, Any]], **kw: Any) -> Any:
         import openai
@@ -186,6 +187,12 @@ class LLMClient:
             return resp.choices[0].message.content or ""
         except (AttributeError, IndexError, TypeError):
             raise LLMError("LLM endpoint returned a response without a message") from None
+
+    def chat_json(self, messages: list[dict[str, Any]], schema: dict[str, Any], *, name: str = "answer",
+                  **kw: Any) -> str:
+        """The assistant's text, constrained by the server to JSON matching ``schema`` (in this
+        client's dialect, see :func:`json_constraint`)."""
+        return self.chat(messages, **json_constraint(self.config.dialect, schema, name=name), **kw)
 
     def message(self, messages: list[dict[str, Any]], **kw: Any) -> Any:
         """The assistant message object itself (with ``tool_calls`` when tools were offered)."""

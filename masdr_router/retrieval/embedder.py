@@ -36,16 +36,6 @@ def resolve_encoder_path(encoder: str = DEFAULT_ENCODER) -> str:
     return encoder
 
 
-def resolve_device(device: str = "auto") -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise MasdrError("device 'cuda' requested but torch sees no CUDA device; use --device cpu or auto")
-    return device
-
-
 class Embedder:
     """Encode texts into unit vectors.
 
@@ -57,17 +47,18 @@ class Embedder:
     def __init__(self, encoder: str = DEFAULT_ENCODER, *, device: str = "auto", max_length: int = 256) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # our own bar covers the long part; theirs is noise
+        from ..devices import resolve_device
+        from ..process import hf_progress_bars_off
 
         self.encoder = encoder
         self.path = resolve_encoder_path(encoder)
         self.device = resolve_device(device)
         self.max_length = max_length
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         dtype = torch.float16 if self.device == "cuda" else torch.float32
-        self.model = AutoModel.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
+        with hf_progress_bars_off():  # our own bar covers the long part; theirs is noise
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+            self.model = AutoModel.from_pretrained(self.path, dtype=dtype).to(self.device).eval()
         self.dim = int(self.model.config.hidden_size)
 
     def encode(self, texts: list[str], *, batch_size: int = 32, progress: bool = False,

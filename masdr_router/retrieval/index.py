@@ -28,7 +28,7 @@ from .._version import __version__
 from ..atomic import atomic_directory, write_json_atomic
 from ..config import IndexConfig, SearchConfig
 from ..data import Chunk, Document, chunk_document
-from ..errors import MasdrError, TaxonomyMismatchError, ValidationError
+from ..errors import ArtifactError, TaxonomyMismatchError, ValidationError
 from ..query import validate_query
 from ..taxonomy import Taxonomy
 from .bm25 import BM25Shard
@@ -137,31 +137,34 @@ class ScopedIndex:
              device: str | None = None) -> ScopedIndex:
         """Load an index; with ``taxonomy``, refuse one built for a different taxonomy."""
         path = Path(path)
-        mpath = path / MANIFEST
-        if not mpath.is_file():
-            raise MasdrError(f"{path} is not a scoped index (no {MANIFEST}); build one with `masdr index build`")
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        if manifest.get("format") != FORMAT:
-            raise MasdrError(f"{path}: unsupported index format {manifest.get('format')!r}, expected {FORMAT!r}")
+        manifest = read_manifest(path)
         stored = Taxonomy.from_yaml(path / "taxonomy.yaml")
         want = manifest["taxonomy"]["fingerprint"]
         if stored.fingerprint != want:
-            raise MasdrError(f"{path}: taxonomy.yaml does not match the manifest fingerprint (index corrupted?)")
+            raise ArtifactError(f"{path}: taxonomy.yaml does not match the manifest fingerprint (index corrupted?)")
         if taxonomy is not None and taxonomy.fingerprint != want:
             raise TaxonomyMismatchError(
                 f"index {path} was built for taxonomy '{manifest['taxonomy']['name']}' ({want}), not for "
                 f"'{taxonomy.name}' ({taxonomy.fingerprint}); rebuild it with `masdr index build`")
-        config = IndexConfig.from_dict(manifest["config"], source=str(mpath))
+        config = IndexConfig.from_dict(manifest["config"], source=str(path / MANIFEST))
         config = config.with_overrides(backend=backend, device=device)
         chunks, scopes = [], []
-        with (path / "chunks.jsonl").open(encoding="utf-8") as f:
-            for line in f:
-                r = json.loads(line)
-                chunks.append(Chunk(id=r["id"], doc_id=r["doc_id"], text=r["text"], metadata=r["metadata"]))
-                scopes.append(tuple(r["scopes"]))
-        emb = np.load(path / "embeddings.npy", allow_pickle=False)
+        try:
+            with (path / "chunks.jsonl").open(encoding="utf-8") as f:
+                for line in f:
+                    r = json.loads(line)
+                    chunks.append(Chunk(id=r["id"], doc_id=r["doc_id"], text=r["text"], metadata=r["metadata"]))
+                    scopes.append(tuple(r["scopes"]))
+            emb = np.load(path / "embeddings.npy", allow_pickle=False)
+        except FileNotFoundError as e:
+            raise ArtifactError(f"{path}: {Path(str(e.filename)).name} is missing (index corrupted?)") from None
+        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+            raise ArtifactError(f"{path}/chunks.jsonl:{len(chunks) + 1}: not a chunk record "
+                                "(index corrupted?)") from None
+        except ValueError as e:
+            raise ArtifactError(f"{path}/embeddings.npy: {e} (index corrupted?)") from None
         if emb.shape[0] != len(chunks):
-            raise MasdrError(f"{path}: embeddings.npy has {emb.shape[0]} rows for {len(chunks)} chunks")
+            raise ArtifactError(f"{path}: embeddings.npy has {emb.shape[0]} rows for {len(chunks)} chunks")
         return cls(taxonomy or stored, chunks, scopes, emb, config, stats=manifest.get("build_stats"))
 
     # ---- search -------------------------------------------------------------------------------
@@ -175,7 +178,7 @@ class ScopedIndex:
         return self._embedder
 
     def _device(self) -> str:
-        from .embedder import resolve_device
+        from ..devices import resolve_device
 
         return resolve_device(self.config.device)
 
@@ -287,3 +290,22 @@ class ScopedIndex:
 
     def __len__(self) -> int:
         return len(self.chunks)
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of the index at ``path``, checked for format and required keys."""
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        raise ArtifactError(f"{path} is not a scoped index (no {MANIFEST}); build one with `masdr index build`")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{mpath}: not valid JSON ({e}); the index is corrupted, rebuild it") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise ArtifactError(f"{mpath}: unsupported index format {found!r}, expected {FORMAT!r}")
+    missing = [k for k in ("taxonomy", "config", "counts", "encoder") if k not in manifest]
+    if missing or not isinstance(manifest["taxonomy"], dict) or "fingerprint" not in manifest["taxonomy"]:
+        raise ArtifactError(f"{mpath}: missing key(s) {missing or ['taxonomy.fingerprint']}; the index is "
+                            "corrupted, rebuild it")
+    return manifest

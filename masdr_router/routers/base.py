@@ -7,10 +7,14 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..query import validate_query
 from ..taxonomy import Taxonomy
+
+if TYPE_CHECKING:
+    from ..llm.protocol import ChatClient
+    from .vote import SearchIndex
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,7 @@ class RouteDecision:
 
     ``scope`` is ``None`` when the router abstains (callers then search globally or fall back to
     the next stage). ``scores`` holds a per-scope score (a probability for calibrated routers).
+    ``llm_calls`` counts the LLM requests this decision cost (cascades add up their stages').
     """
 
     scope: str | None
@@ -28,17 +33,11 @@ class RouteDecision:
     confidence: float | None = None
     trace: tuple[dict[str, Any], ...] = ()
     fallback: tuple[str, ...] = ()  # scopes to search fused when abstaining; empty = global search
+    llm_calls: int = 0
 
     @property
     def abstained(self) -> bool:
         return self.scope is None
-
-    @property
-    def llm_calls(self) -> int:
-        """Router LLM calls this decision cost (cascade stages are in the trace)."""
-        if self.trace:
-            return sum(1 for t in self.trace if t.get("stage") == "llm")
-        return int(self.stage == "llm")
 
     @property
     def search_scopes(self) -> list[str] | None:
@@ -51,7 +50,7 @@ class RouteDecision:
         return {"scope": self.scope, "abstained": self.abstained, "stage": self.stage,
                 "confidence": self.confidence, "latency_ms": round(self.latency_ms, 3),
                 "scores": {k: round(v, 6) for k, v in self.scores.items()}, "fallback": list(self.fallback),
-                "trace": list(self.trace)}
+                "llm_calls": self.llm_calls, "trace": list(self.trace)}
 
 
 class Router(ABC):
@@ -66,6 +65,8 @@ class Router(ABC):
     """
 
     name: str = "router"
+    #: the most LLM requests one decision can cost (a cascade allows at most one)
+    max_llm_calls: int = 0
 
     def __init__(self, taxonomy: Taxonomy) -> None:
         self.taxonomy = taxonomy
@@ -85,18 +86,27 @@ class Router(ABC):
         return [self.route(q) for q in queries]
 
 
-_REGISTRY: dict[str, Callable[..., Router]] = {}
+class RouterFactory(Protocol):
+    """Builds a registered router. ``index`` and ``llm`` are what a router may need beyond the
+    taxonomy: a factory uses what it needs and ignores the rest."""
+
+    def __call__(self, taxonomy: Taxonomy, *, index: SearchIndex | None = None,
+                 llm: ChatClient | None = None) -> Router: ...
 
 
-def register_router(name: str) -> Callable[[Callable[..., Router]], Callable[..., Router]]:
-    """Register a router factory ``factory(taxonomy, **kwargs)`` under a CLI name."""
+_REGISTRY: dict[str, RouterFactory] = {}
+F = TypeVar("F", bound=RouterFactory)
 
-    def deco(factory: Callable[..., Router]) -> Callable[..., Router]:
+
+def register_router(name: str) -> Callable[[F], F]:
+    """Register a router factory under a spec name (``regex``, ``llm``, ...): see :class:`RouterFactory`."""
+
+    def deco(factory: F) -> F:
         _REGISTRY[name] = factory
         return factory
 
     return deco
 
 
-def registered_routers() -> dict[str, Callable[..., Router]]:
+def registered_routers() -> dict[str, RouterFactory]:
     return dict(_REGISTRY)

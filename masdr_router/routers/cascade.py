@@ -11,10 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import MasdrError
 from ..taxonomy import Taxonomy
 from .base import RouteDecision, Router, register_router
+
+if TYPE_CHECKING:
+    from ..llm.protocol import ChatClient
 
 
 @dataclass
@@ -46,20 +50,22 @@ class CascadeRouter(Router):
         super().__init__(taxonomy)
         if not stages:
             raise MasdrError("a cascade needs at least one stage")
-        names = [s.router.name for s in stages]
-        if names.count("llm") > 1:
+        if sum(s.router.max_llm_calls for s in stages) > 1:
             raise MasdrError("a cascade may have at most one LLM stage (one router LLM call per query)")
         for s in stages:
             if s.router.taxonomy.fingerprint != taxonomy.fingerprint:
                 raise MasdrError(f"cascade stage '{s.router.name}' was built for taxonomy "
                                  f"'{s.router.taxonomy.name}', not '{taxonomy.name}'")
         self.stages = list(stages)
+        self.max_llm_calls = sum(s.router.max_llm_calls for s in stages)
 
     def _route(self, query: str) -> RouteDecision:
         trace = []
+        llm_calls = 0
         for stage in self.stages:
             t0 = time.perf_counter()
             d = stage.router.route(query)
+            llm_calls += d.llm_calls
             ms = (time.perf_counter() - t0) * 1000
             ok = stage.accepts(d)
             entry = {"stage": stage.router.name, "scope": d.scope, "confidence": d.confidence,
@@ -70,18 +76,19 @@ class CascadeRouter(Router):
             trace.append(entry)
             if ok:
                 return RouteDecision(scope=d.scope, scores=d.scores, stage=stage.router.name,
-                                     confidence=d.confidence, trace=tuple(trace), fallback=d.fallback)
+                                     confidence=d.confidence, trace=tuple(trace), fallback=d.fallback,
+                                     llm_calls=llm_calls)
         last = trace[-1]
         return RouteDecision(scope=None, stage="global", trace=(*trace, {"stage": "global", "accepted": True}),
-                             confidence=last.get("confidence"))
+                             confidence=last.get("confidence"), llm_calls=llm_calls)
 
 
 @register_router("cascade")
-def hybrid_routed(taxonomy: Taxonomy, **llm_kwargs: object) -> CascadeRouter:
-    """``--router cascade``: the paper's Hybrid-Routed system, regex first and the zero-shot LLM
-    (endpoint from ``MASDR_LLM_*``) when the rules abstain. Build longer cascades (with a trained
-    router) in Python or with ``masdr ask --router regex --router DIR --router llm``."""
+def hybrid_routed(taxonomy: Taxonomy, *, llm: ChatClient | None = None, **_: object) -> CascadeRouter:
+    """``cascade``: the paper's Hybrid-Routed system, regex first and the zero-shot LLM when the
+    rules abstain; the same as the spec ``regex,llm``. Longer cascades are specs too:
+    ``regex,DIR,llm``."""
     from .llm import LLMRouter
     from .regex import RegexRouter
 
-    return CascadeRouter(taxonomy, [Stage(RegexRouter(taxonomy)), Stage(LLMRouter(taxonomy, **llm_kwargs))])
+    return CascadeRouter(taxonomy, [Stage(RegexRouter(taxonomy)), Stage(LLMRouter(taxonomy, llm))])

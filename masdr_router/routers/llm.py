@@ -9,11 +9,14 @@ confidence, and abstains below ``threshold`` like the trained router."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import MasdrError
+from ..errors import LLMError, MasdrError
 from ..taxonomy import Taxonomy
 from .base import RouteDecision, Router, register_router
+
+if TYPE_CHECKING:
+    from ..llm.protocol import ChatClient
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,6 @@ def build_messages(taxonomy: Taxonomy, query: str, *, codes: bool = False) -> li
             {"role": "user", "content": f"Question: {query}\nScope:"}]
 
 
-@register_router("llm")
 class LLMRouter(Router):
     """Route with one constrained chat call to an OpenAI-compatible endpoint (vLLM, llama.cpp, OpenAI).
 
@@ -68,9 +70,10 @@ class LLMRouter(Router):
     """
 
     name = "llm"
+    max_llm_calls = 1
 
-    def __init__(self, taxonomy: Taxonomy, client: Any = None, *, scoring: str = "choice", labels: str = "auto",
-                 threshold: float | None = None, **client_kwargs: Any) -> None:
+    def __init__(self, taxonomy: Taxonomy, client: ChatClient | None = None, *, scoring: str = "choice",
+                 labels: str = "auto", threshold: float | None = None, **client_kwargs: Any) -> None:
         super().__init__(taxonomy)
         if scoring not in {"choice", "logprobs"}:
             raise MasdrError(f"LLM router scoring must be 'choice' or 'logprobs', not {scoring!r}")
@@ -86,25 +89,24 @@ class LLMRouter(Router):
         if threshold is not None and not 0.0 <= threshold <= 1.0:
             raise MasdrError(f"threshold must be in [0, 1], got {threshold}")
         self.scoring, self.threshold = scoring, threshold
-        if client is None:  # `--router llm`: the endpoint comes from MASDR_LLM_* variables
+        if client is None:  # no client given: the endpoint comes from the MASDR_LLM_* variables
             from ..llm.client import LLMClient
             from ..llm.config import LLMConfig
 
             client = LLMClient(LLMConfig.from_env(**client_kwargs))
-        self.client = client
+        self.client: ChatClient = client
 
     def _route(self, query: str) -> RouteDecision:
-        from ..llm.client import LLMError
-
         try:
             if self.scoring == "logprobs":
                 return self._route_scored(query)
             scope = self.client.choose(build_messages(self.taxonomy, query), self.taxonomy.names)
         except LLMError as e:
             log.warning("LLM router abstains: %s", e)
-            return RouteDecision(scope=None, stage=self.name, trace=({"stage": self.name, "error": str(e)},))
+            return RouteDecision(scope=None, stage=self.name, trace=({"stage": self.name, "error": str(e)},),
+                                 llm_calls=1)
         return RouteDecision(scope=scope, scores={scope: 1.0}, stage=self.name,
-                             trace=({"stage": self.name, "scope": scope},))
+                             trace=({"stage": self.name, "scope": scope},), llm_calls=1)
 
     def _route_scored(self, query: str) -> RouteDecision:
         names = self.taxonomy.names
@@ -113,7 +115,7 @@ class LLMRouter(Router):
         answer, dist = self.client.choose_scored(build_messages(self.taxonomy, query, codes=letters), codes)
         if dist is None:  # no log-probabilities, or none naming a scope: the constrained answer, confidence unknown
             scope = names[codes.index(answer)]
-            return RouteDecision(scope=scope, scores={scope: 1.0}, stage=self.name,
+            return RouteDecision(scope=scope, scores={scope: 1.0}, stage=self.name, llm_calls=1,
                                  trace=({"stage": self.name, "scope": scope, "distribution": "unavailable"},))
         scores = {n: dist[c] for n, c in zip(names, codes)}
         # a name the model never started (or only with a token shared by several names) gets 0
@@ -124,14 +126,20 @@ class LLMRouter(Router):
         if abstain:
             entry["below_threshold"] = self.threshold
         return RouteDecision(scope=None if abstain else best, scores=scores, stage=self.name,
-                             confidence=confidence, trace=(entry,))
+                             confidence=confidence, trace=(entry,), llm_calls=1)
 
     def route_batch(self, queries: list[str]) -> list[RouteDecision]:
         return self.client.map(self.route, queries)
 
 
+@register_router("llm")
+def _llm(taxonomy: Taxonomy, *, llm: ChatClient | None = None, **_: object) -> LLMRouter:
+    """``llm``: the zero-shot LLM router, one choice-constrained call per query."""
+    return LLMRouter(taxonomy, llm)
+
+
 @register_router("llm-logprobs")
-def llm_logprobs(taxonomy: Taxonomy, **kwargs: Any) -> LLMRouter:
-    """``--router llm-logprobs``: the zero-shot LLM router with log-probability scoring (a
-    distribution and a confidence per query); the endpoint comes from ``MASDR_LLM_*``."""
-    return LLMRouter(taxonomy, scoring="logprobs", **kwargs)
+def _llm_logprobs(taxonomy: Taxonomy, *, llm: ChatClient | None = None, **_: object) -> LLMRouter:
+    """``llm-logprobs``: the zero-shot LLM router with log-probability scoring (a distribution and
+    a confidence per query)."""
+    return LLMRouter(taxonomy, llm, scoring="logprobs")

@@ -14,10 +14,13 @@ imperfect router with hard scoping can do worse than global search. The policies
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from ..errors import MasdrError
 from .base import RouteDecision
 
-POLICIES = ("router", "hard", "abstain", "top2", "soft")
+Policy = Literal["router", "hard", "abstain", "top2", "soft"]
+POLICIES: tuple[str, ...] = get_args(Policy)
 
 
 def search_plan(decision: RouteDecision, policy: str = "router", *, soft_mass: float = 0.9,

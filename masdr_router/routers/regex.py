@@ -8,7 +8,6 @@ from ..taxonomy import Taxonomy
 from .base import RouteDecision, Router, register_router
 
 
-@register_router("regex")
 class RegexRouter(Router):
     """Score each scope by how many *distinct* patterns of it match the query (case-insensitive).
 
@@ -34,3 +33,8 @@ class RegexRouter(Router):
         if len(winners) > 1:
             return RouteDecision(scope=None, scores=scores, stage=self.name, confidence=scores[winners[0]])
         return RouteDecision(scope=winners[0], scores=scores, stage=self.name, confidence=scores[winners[0]])
+
+
+@register_router("regex")
+def _regex(taxonomy: Taxonomy, **_: object) -> RegexRouter:
+    return RegexRouter(taxonomy)

@@ -10,30 +10,51 @@ corrects many confident misroutes. It costs one global search per query.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ..config import SearchConfig
+from ..taxonomy import Taxonomy
 from .base import RouteDecision, Router
+
+if TYPE_CHECKING:
+    from ..retrieval.index import Hit
+
+
+class SearchIndex(Protocol):
+    """What the vote router (and the answer path) need from an index: its taxonomy and batched
+    search. :class:`~masdr_router.retrieval.index.ScopedIndex` is the implementation."""
+
+    taxonomy: Taxonomy
+
+    def search_many(self, queries: Sequence[str], scopes: Sequence[Sequence[str] | None], k: int = 10,
+                    cfg: SearchConfig | None = None, *, qvecs: np.ndarray | None = None,
+                    weights: Sequence[Sequence[float] | None] | None = None) -> list[list[Hit]]: ...
 
 
 class RetrievalVoteRouter(Router):
     """Wrap ``base`` (any router with per-scope scores) with the scope vote of a global search.
+
+    ``search`` should be the configuration the results are searched with, so the vote sees what
+    retrieval sees (the CLI passes the same one). ``threshold``: abstain below it; by default the
+    base router's calibrated threshold (``training.calibration.fit_vote_threshold`` fits one).
 
     >>> voted = RetrievalVoteRouter(LoraRouter.from_pretrained(d), ScopedIndex.load(i))  # doctest: +SKIP
     """
 
     name = "vote"
 
-    def __init__(self, base: Router, index: Any, *, k: int = 10, beta: float = 1.0, eps: float = 0.02,
+    def __init__(self, base: Router, index: SearchIndex, *, k: int = 10, beta: float = 1.0, eps: float = 0.02,
                  threshold: float | None = None, search: SearchConfig | None = None) -> None:
         super().__init__(base.taxonomy)
         self.base, self.index, self.k, self.beta, self.eps = base, index, k, beta, eps
-        # the base router's calibrated threshold unless fitted (``fit``) or given
         self.threshold = threshold if threshold is not None else float(getattr(base, "threshold", 0.0))
         self.search = search or SearchConfig()
         self.name = f"{base.name}+vote"
+        self.max_llm_calls = base.max_llm_calls
 
     def combined(self, queries: list[str]) -> tuple[np.ndarray, list[RouteDecision]]:
         """Combined probabilities ``(n, n_scopes)`` and the base decisions."""
@@ -51,35 +72,25 @@ class RetrievalVoteRouter(Router):
         c = p * (vote + self.eps) ** self.beta
         return c / c.sum(1, keepdims=True), base
 
-    def _decide(self, probs: np.ndarray, base: RouteDecision) -> RouteDecision:
+    def decide(self, probs: np.ndarray, base: RouteDecision) -> RouteDecision:
+        """The decision for combined probabilities ``probs`` of one query at this threshold."""
         names = self.taxonomy.names
         best = int(probs.argmax())
         conf = float(probs[best])
         scores = {s: float(v) for s, v in zip(names, probs)}
         trace = (*base.trace, {"stage": self.name, "scope": names[best], "confidence": round(conf, 4)})
         if conf >= self.threshold:
-            return RouteDecision(scope=names[best], scores=scores, stage=self.name, confidence=conf, trace=trace)
+            return RouteDecision(scope=names[best], scores=scores, stage=self.name, confidence=conf, trace=trace,
+                                 llm_calls=base.llm_calls)
         return RouteDecision(scope=None, scores=scores, stage=self.name, confidence=conf, trace=trace,
-                             fallback=base.fallback)
+                             fallback=base.fallback, llm_calls=base.llm_calls)
 
     def _route(self, query: str) -> RouteDecision:
         probs, base = self.combined([query])
-        return self._decide(probs[0], base[0])
+        return self.decide(probs[0], base[0])
 
     def route_batch(self, queries: list[str]) -> list[RouteDecision]:
-        import time
-
         t0 = time.perf_counter()
         probs, base = self.combined(list(queries))
         ms = (time.perf_counter() - t0) * 1000 / max(len(queries), 1)
-        return [dataclasses.replace(self._decide(p, b), latency_ms=ms) for p, b in zip(probs, base)]
-
-    def fit(self, queries: list[Any], *, target_accuracy: float = 0.95) -> dict[str, float]:
-        """Choose the threshold on labelled (validation) queries for a target accuracy-when-answered."""
-        from ..training.calibration import choose_threshold
-
-        probs, _ = self.combined([q.query for q in queries])
-        gold = np.array([self.taxonomy.index(q.scope) for q in queries])
-        self.threshold, stats = choose_threshold(probs.max(1), probs.argmax(1) == gold,
-                                                 target_accuracy=target_accuracy)
-        return stats
+        return [dataclasses.replace(self.decide(p, b), latency_ms=ms) for p, b in zip(probs, base)]

@@ -7,14 +7,19 @@ confidence honest, and a threshold chosen on validation data decides when to abs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from ..evaluation.calibration import expected_calibration_error
+from ..routers.lora import softmax
 
-def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    z = logits / temperature
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
+if TYPE_CHECKING:
+    from ..data import LabelledQuery
+    from ..routers.vote import RetrievalVoteRouter
+
+__all__ = ["choose_threshold", "expected_calibration_error", "fit_temperature", "fit_vote_threshold", "softmax"]
 
 
 def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
@@ -78,13 +83,16 @@ def choose_threshold(confidence: np.ndarray, correct: np.ndarray, *, target_accu
     return thr, stats
 
 
-def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> float:
-    """ECE with equal-width bins: sum over bins of |accuracy - confidence| weighted by bin size."""
-    confidence, correct = np.asarray(confidence, float), np.asarray(correct, float)
-    bins = np.minimum((confidence * n_bins).astype(int), n_bins - 1)
-    ece = 0.0
-    for b in range(n_bins):
-        m = bins == b
-        if m.any():
-            ece += m.mean() * abs(correct[m].mean() - confidence[m].mean())
-    return float(ece)
+def fit_vote_threshold(router: RetrievalVoteRouter, queries: Sequence[LabelledQuery], *,
+                       target_accuracy: float = 0.95) -> dict[str, float]:
+    """Choose ``router.threshold`` on labelled (validation) queries for a target
+    accuracy-when-answered of the combined (router x retrieval vote) decision; returns the stats.
+
+    >>> fit_vote_threshold(RetrievalVoteRouter(lora, index), val_queries)  # doctest: +SKIP
+    {'threshold': 0.62, 'abstain_rate': 0.08, 'accuracy_when_answered': 0.951}
+    """
+    probs, _ = router.combined([q.query for q in queries])
+    gold = np.array([router.taxonomy.index(q.scope) for q in queries])
+    router.threshold, stats = choose_threshold(probs.max(1), probs.argmax(1) == gold,
+                                               target_accuracy=target_accuracy)
+    return stats

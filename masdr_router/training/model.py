@@ -1,38 +1,13 @@
-"""The R2-Routed classifier: a transformer encoder with LoRA adapters, pooled, and a linear head."""
+"""Building the LoRA router model for training: pretrained encoder + fresh LoRA adapters + a new
+head, and moving its trainable state in and out (for checkpoints and early stopping)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 from torch import nn
 
-
-class RouterModel(nn.Module):
-    """``encoder -> pool (mean over tokens, or [CLS]) -> dropout -> linear -> logits``.
-
-    During training ``encoder`` is a peft model with LoRA adapters; in an exported artifact it is
-    the plain encoder with the adapters merged in, which is faster to serve and needs no peft.
-    """
-
-    def __init__(self, encoder: nn.Module, n_labels: int, *, pooling: str = "mean", head_dropout: float = 0.1,
-                 hidden_size: int | None = None) -> None:
-        super().__init__()
-        self.encoder = encoder
-        self.pooling = pooling
-        hidden = hidden_size or int(encoder.config.hidden_size)
-        self.dropout = nn.Dropout(head_dropout)
-        self.head = nn.Linear(hidden, n_labels)
-
-    def pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if self.pooling == "cls":
-            return hidden[:, 0]
-        m = mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any) -> torch.Tensor:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
-        return self.head(self.dropout(self.pool(hidden, attention_mask).float()))
+from ..errors import ConfigError
+from ..routers.lora.model import RouterModel
 
 
 def build_lora_model(base_path: str, n_labels: int, *, pooling: str, head_dropout: float, lora_r: int,
@@ -45,10 +20,8 @@ def build_lora_model(base_path: str, n_labels: int, *, pooling: str, head_dropou
     present = {name.rsplit(".", 1)[-1] for name, _ in base.named_modules()}
     missing = [m for m in target_modules if m not in present]
     if missing:
-        from ..errors import MasdrError
-
-        raise MasdrError(f"target_modules {missing} not found in {base_path}; "
-                         f"this encoder has e.g. {sorted(present - {''})[:12]}")
+        raise ConfigError(f"{missing} not found in {base_path}; this encoder has e.g. "
+                          f"{sorted(present - {''})[:12]}", field="target_modules")
     lora = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=target_modules,
                       bias="none")
     return RouterModel(get_peft_model(base, lora), n_labels, pooling=pooling, head_dropout=head_dropout,

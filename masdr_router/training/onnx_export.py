@@ -14,7 +14,9 @@ import numpy as np
 
 from ..errors import MasdrError
 
-ONNX_FILE = "router.onnx"
+# checked when the caller has no queries of its own: any text exercises the graph's shapes
+SAMPLE_QUERIES = ("Shares slide as profits fall", "Who won the cup final?", "New rules for broadband providers",
+                  "Minister promises tax cuts before the election", "Film star wins best actor award")
 
 
 def export_onnx(artifact: str | Path, sample_texts: list[str], *, atol: float = 1e-4) -> dict[str, Any]:
@@ -30,7 +32,7 @@ def export_onnx(artifact: str | Path, sample_texts: list[str], *, atol: float = 
         raise MasdrError("ONNX export needs onnx and onnxruntime (pip install 'masdr-router[onnx]')") from None
     import torch
 
-    from ..routers.lora import CONFIG_NAME, LoraRouter
+    from ..routers.lora import CONFIG_NAME, ONNX_FILE, LoraRouter
 
     artifact = Path(artifact)
     router = LoraRouter.from_pretrained(artifact, device="cpu")
@@ -82,19 +84,3 @@ def export_onnx(artifact: str | Path, sample_texts: list[str], *, atol: float = 
 
     write_json_atomic(artifact / CONFIG_NAME, cfg)
     return info
-
-
-class OnnxLogits:
-    """Callable ``(input_ids, attention_mask) -> logits`` over an onnxruntime session."""
-
-    def __init__(self, path: str | Path, *, threads: int | None = None) -> None:
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-    def __call__(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        return self.session.run(None, {"input_ids": input_ids.astype(np.int64),
-                                       "attention_mask": attention_mask.astype(np.int64)})[0]

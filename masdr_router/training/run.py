@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import MasdrError
+from ..atomic import check_output
+from ..errors import ConfigError
 from .config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,11 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise MasdrError(f"--set expects key=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+            raise ConfigError(f"expects key=value, got {item!r}", path="--set")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            raise ConfigError(f"cannot read the value of {item!r} (YAML syntax)", path="--set") from None
     return out
 
 
@@ -41,6 +45,9 @@ def checkpoint_dir_for(out: Path) -> Path:
 def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, val: str | Path | None = None,
                  test: str | Path | None = None, cfg: TrainConfig | None = None,
                  overwrite: bool = False) -> dict[str, Any]:
+    """Read and validate the inputs, train (resuming ``OUT.ckpt/`` if a killed run left one),
+    evaluate on ``test`` (else ``val``) against the regex router, and export to ``out``. Returns the
+    metrics written into the artifact (empty on the non-main processes of a distributed run)."""
     from ..data import read_queries
     from ..evaluation.router import evaluate_router
     from ..routers.regex import RegexRouter
@@ -49,9 +56,7 @@ def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, va
     from .trainer import train_router
 
     cfg = cfg or TrainConfig()
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise MasdrError(f"output directory {out} already exists; pass --overwrite to replace it")
+    out = check_output(out, overwrite=overwrite)
     tax = Taxonomy.from_yaml(taxonomy)
     train_q = read_queries(train, tax)
     val_q = read_queries(val, tax) if val else None

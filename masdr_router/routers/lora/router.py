@@ -16,22 +16,49 @@ Artifact layout (``save_pretrained``)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._version import __version__
-from ..errors import MasdrError, TaxonomyMismatchError
-from ..query import validate_query
-from ..taxonomy import Taxonomy
-from .base import RouteDecision, Router
+from ..._version import __version__
+from ...errors import ArtifactError, MasdrError, TaxonomyMismatchError
+from ...query import validate_query
+from ...taxonomy import Taxonomy
+from ..base import RouteDecision, Router
+from .files import (
+    ADAPTER_DIR,
+    CARD_FILE,
+    CONFIG_NAME,
+    ENCODER_DIR,
+    FORMAT,
+    HEAD_NAME,
+    METRICS_FILE,
+    ONNX_FILE,
+    TAXONOMY_FILE,
+)
 
-FORMAT = "masdr-router/1"
-CONFIG_NAME = "router_config.json"
-HEAD_NAME = "head.safetensors"
+if TYPE_CHECKING:
+    from .model import RouterModel
+    from .onnx import OnnxLogits
+
+RUNTIMES = ("torch", "onnx")
+
+
+def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Row-wise softmax of ``logits / temperature``.
+
+    >>> softmax(np.array([[0.0, 0.0], [2.0, 0.0]]), 2.0).round(3)
+    array([[0.5  , 0.5  ],
+           [0.731, 0.269]])
+    """
+    z = logits / temperature
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
 
 
 class LoraRouter(Router):
@@ -46,9 +73,9 @@ class LoraRouter(Router):
 
     name = "lora"
 
-    def __init__(self, taxonomy: Taxonomy, model: Any, tokenizer: Any, *, temperature: float = 1.0,
+    def __init__(self, taxonomy: Taxonomy, model: RouterModel, tokenizer: Any, *, temperature: float = 1.0,
                  threshold: float = 0.0, below_threshold: str = "abstain", max_length: int = 64,
-                 meta: dict[str, Any] | None = None, device: str | None = None, onnx: Any = None) -> None:
+                 meta: dict[str, Any] | None = None, device: str | None = None, onnx: OnnxLogits | None = None) -> None:
         super().__init__(taxonomy)
         self.model = model.eval()
         self.onnx = onnx  # an OnnxLogits session: serve logits from onnxruntime instead of torch
@@ -82,8 +109,6 @@ class LoraRouter(Router):
 
     def predict_proba(self, texts: str | list[str]) -> np.ndarray:
         """Calibrated scope probabilities, shape ``(n, n_scopes)`` (or ``(n_scopes,)`` for one text)."""
-        from ..training.calibration import softmax
-
         single = isinstance(texts, str)
         p = softmax(self.logits([texts] if single else list(texts)), self.temperature)
         return p[0] if single else p
@@ -95,7 +120,8 @@ class LoraRouter(Router):
             return self.labels[int(p.argmax())]
         return [self.labels[i] for i in p.argmax(1)]
 
-    def _decide(self, probs: np.ndarray) -> RouteDecision:
+    def decide(self, probs: np.ndarray) -> RouteDecision:
+        """The decision for one query's calibrated probabilities at this router's threshold."""
         scores = {s: float(v) for s, v in zip(self.labels, probs)}
         best = int(probs.argmax())
         conf = float(probs[best])
@@ -105,16 +131,14 @@ class LoraRouter(Router):
         return RouteDecision(scope=None, scores=scores, stage=self.name, confidence=conf, fallback=fallback)
 
     def _route(self, query: str) -> RouteDecision:
-        return self._decide(self.predict_proba(query))
+        return self.decide(self.predict_proba(query))
 
     def route_batch(self, queries: list[str]) -> list[RouteDecision]:
         qs = [validate_query(q) for q in queries]
         t0 = time.perf_counter()
         probs = self.predict_proba(qs) if qs else np.zeros((0, len(self.labels)))
         ms = (time.perf_counter() - t0) * 1000 / max(len(qs), 1)
-        import dataclasses
-
-        return [dataclasses.replace(self._decide(p), latency_ms=ms) for p in probs]
+        return [dataclasses.replace(self.decide(p), latency_ms=ms) for p in probs]
 
     # ---- persistence --------------------------------------------------------------------------
     def router_config(self) -> dict[str, Any]:
@@ -139,23 +163,23 @@ class LoraRouter(Router):
 
         from safetensors.torch import save_file
 
-        from ..atomic import atomic_directory
+        from ...atomic import atomic_directory
 
         with atomic_directory(out, overwrite=overwrite) as tmp:
             encoder = self.model.encoder
             if hasattr(encoder, "merge_and_unload"):  # a peft model: keep adapters, serve merged
-                encoder.save_pretrained(tmp / "adapter", safe_serialization=True)
+                encoder.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
                 merged = copy.deepcopy(encoder).merge_and_unload()
             else:
                 merged = encoder
-            merged.save_pretrained(tmp / "encoder", safe_serialization=True)
-            self.tokenizer.save_pretrained(tmp / "encoder")
+            merged.save_pretrained(tmp / ENCODER_DIR, safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp / ENCODER_DIR)
             head = {k: v.detach().cpu().contiguous() for k, v in self.model.head.state_dict().items()}
             save_file(head, str(tmp / HEAD_NAME))
-            self.taxonomy.to_yaml(tmp / "taxonomy.yaml")
-            (tmp / "metrics.json").write_text(json.dumps(metrics or {}, indent=2) + "\n")
+            self.taxonomy.to_yaml(tmp / TAXONOMY_FILE)
+            (tmp / METRICS_FILE).write_text(json.dumps(metrics or {}, indent=2) + "\n")
             if card:
-                (tmp / "README.md").write_text(card)
+                (tmp / CARD_FILE).write_text(card)
             # Written last: a directory without it is never taken for a router.
             (tmp / CONFIG_NAME).write_text(json.dumps(self.router_config(), indent=2) + "\n")
         return Path(out)
@@ -167,49 +191,61 @@ class LoraRouter(Router):
 
         ``runtime="onnx"`` serves the logits from ``router.onnx`` with onnxruntime (CPU); the
         artifact must have been exported with ``masdr export onnx``."""
-        import torch
         from safetensors.torch import load_file
         from transformers import AutoModel, AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
-        from ..retrieval.embedder import resolve_device
-        from ..training.model import RouterModel
+        from ...devices import half_dtype, resolve_device
+        from ...process import hf_progress_bars_off
+        from .model import RouterModel
 
+        if runtime not in RUNTIMES:
+            raise MasdrError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
         path = Path(path)
-        cpath = path / CONFIG_NAME
-        if not cpath.is_file():
-            raise MasdrError(f"{path} is not a router artifact (no {CONFIG_NAME}); train one with `masdr train`")
-        cfg = json.loads(cpath.read_text())
-        if cfg.get("format") != FORMAT or cfg.get("router_type") != "lora":
-            raise MasdrError(f"{path}: unsupported router artifact {cfg.get('format')!r}/{cfg.get('router_type')!r}")
-        stored = Taxonomy.from_yaml(path / "taxonomy.yaml")
+        cfg = read_router_config(path)
+        stored = Taxonomy.from_yaml(path / TAXONOMY_FILE)
         want = cfg["taxonomy"]["fingerprint"]
         if taxonomy is not None and taxonomy.fingerprint != want:
             raise TaxonomyMismatchError(
                 f"router {path} was trained for taxonomy '{cfg['taxonomy']['name']}' ({want}), not for "
                 f"'{taxonomy.name}' ({taxonomy.fingerprint}); retrain it with `masdr train`")
         if stored.fingerprint != want or stored.names != cfg["labels"]:
-            raise MasdrError(f"{path}: taxonomy.yaml does not match router_config.json (artifact corrupted?)")
-        if runtime not in {"torch", "onnx"}:
-            raise MasdrError(f"runtime must be torch or onnx, got {runtime!r}")
+            raise ArtifactError(f"{path}: {TAXONOMY_FILE} does not match {CONFIG_NAME} (artifact corrupted?)")
         onnx = None
         if runtime == "onnx":
-            from ..training.onnx_export import ONNX_FILE, OnnxLogits
+            from .onnx import OnnxLogits
 
             if not (path / ONNX_FILE).is_file():
-                raise MasdrError(f"{path} has no {ONNX_FILE}; export it with `masdr export onnx --router {path}`")
+                raise ArtifactError(f"{path} has no {ONNX_FILE}; export it with `masdr export onnx --router {path}`")
             onnx, device = OnnxLogits(path / ONNX_FILE), "cpu"
         dev = resolve_device(device)
-        hf_logging.disable_progress_bar()
-        encoder = AutoModel.from_pretrained(path / "encoder")
+        with hf_progress_bars_off():
+            encoder = AutoModel.from_pretrained(path / ENCODER_DIR)
+            tokenizer = AutoTokenizer.from_pretrained(path / ENCODER_DIR)
         model = RouterModel(encoder, len(cfg["labels"]), pooling=cfg["pooling"], head_dropout=0.0)
         model.head.load_state_dict(load_file(str(path / HEAD_NAME)))
         model.to(dev).eval()
         if dev == "cuda":
-            model.to(torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+            model.to(half_dtype())
             model.head.float()
-        tokenizer = AutoTokenizer.from_pretrained(path / "encoder")
         meta = {k: cfg[k] for k in ("base_model", "lora", "train") if k in cfg}
         return cls(taxonomy or stored, model, tokenizer, temperature=cfg["temperature"], threshold=cfg["threshold"],
                    below_threshold=cfg.get("below_threshold", "abstain"), max_length=cfg["max_length"], meta=meta,
                    device=dev, onnx=onnx)
+
+
+def read_router_config(path: Path) -> dict[str, Any]:
+    """``router_config.json`` of the artifact at ``path``, checked for format and required keys."""
+    cpath = path / CONFIG_NAME
+    if not cpath.is_file():
+        raise ArtifactError(f"{path} is not a router artifact (no {CONFIG_NAME}); train one with `masdr train`")
+    try:
+        cfg = json.loads(cpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{cpath}: not valid JSON ({e}); the artifact is corrupted, export it again") from None
+    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT or cfg.get("router_type") != "lora":
+        found = (cfg.get("format"), cfg.get("router_type")) if isinstance(cfg, dict) else type(cfg).__name__
+        raise ArtifactError(f"{cpath}: unsupported router artifact {found!r}, expected format {FORMAT!r}")
+    missing = [k for k in ("labels", "taxonomy", "temperature", "threshold", "max_length", "pooling") if k not in cfg]
+    if missing:
+        raise ArtifactError(f"{cpath}: missing key(s) {missing}; the artifact is corrupted, export it again")
+    return cfg

@@ -12,8 +12,9 @@ Two tool protocols:
   (``{"tool": "search_<scope>", "query": ...}`` or ``{"tool": "answer"}``); works on any server
   with structured output, including the embedded llama.cpp + SmolLM2 server, whose chat template
   has no tool calling.
-- ``auto`` (default): native first; if the endpoint ignores a *required* tool call, switch to
-  ``json`` for the rest of the orchestrator's life and log it once.
+- ``auto`` (default): native first; if the endpoint ignores a *required* tool call, the question
+  goes on with ``json``. The switch is logged and reported in the answer's trace
+  (``protocol_switch``); the orchestrator itself never changes its configured protocol.
 
 Either way the final answer is one constrained synthesis whose citations can only be chunk ids
 that the tools returned, exactly like :class:`ScopedRAG`, so the two differ only in how the
@@ -26,13 +27,18 @@ import json
 import logging
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from .config import SearchConfig
-from .pipeline import Answer, format_sources, synthesise
-from .query import validate_query
-from .retrieval.index import Hit, ScopedIndex
-from .routers.base import RouteDecision
+from ..config import SearchConfig
+from ..errors import LLMError, UsageError
+from ..query import validate_query
+from ..routers.base import RouteDecision
+from .rag import Answer, format_sources, synthesise
+
+if TYPE_CHECKING:
+    from ..llm.protocol import ChatClient
+    from ..retrieval.index import Hit
+    from ..routers.vote import SearchIndex
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +51,11 @@ the organisation:
 - answer: stop searching and answer from what the tools returned.
 Reply with JSON: the tool to call and, for a search, the query to search for."""
 
-PROTOCOLS = ("auto", "native", "json")
+ToolProtocol = Literal["auto", "native", "json"]
+PROTOCOLS: tuple[str, ...] = get_args(ToolProtocol)
 
 
-def scope_tools(index: ScopedIndex) -> list[dict[str, Any]]:
+def scope_tools(index: SearchIndex) -> list[dict[str, Any]]:
     """One OpenAI function-calling tool per scope: ``search_<scope>(query)``."""
     return [{"type": "function", "function": {
         "name": f"search_{s.name}", "description": f"Search {s.name}: {s.description}",
@@ -71,13 +78,13 @@ class Orchestrator:
     >>> orch.ask("Why was the launch delayed?").citations                     # doctest: +SKIP
     """
 
-    def __init__(self, index: ScopedIndex, client: Any, *, k: int = 3, max_rounds: int = 5,
+    def __init__(self, index: SearchIndex, client: ChatClient, *, k: int = 3, max_rounds: int = 5,
                  search: SearchConfig | None = None, max_chunk_words: int = 120, protocol: str = "auto",
                  max_answer_tokens: int = 256, tool_result_words: int = 60) -> None:
         if protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+            raise UsageError(f"tool protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         if max_rounds < 1:
-            raise ValueError("max_rounds must be >= 1")
+            raise UsageError(f"max_rounds must be >= 1, got {max_rounds}")
         self.index, self.client, self.k, self.max_rounds = index, client, k, max_rounds
         self.search, self.max_chunk_words, self.protocol = search or SearchConfig(), max_chunk_words, protocol
         # tool results are shown shorter than the synthesis sources: five rounds of full chunks
@@ -109,11 +116,8 @@ class Orchestrator:
         return out
 
     def _json_round(self, messages: list[dict[str, Any]], first: bool) -> list[tuple[str, str, str]] | None:
-        from .llm.client import json_constraint
-
         schema = tool_call_schema(list(self._scope_of), allow_answer=not first)
-        raw = self.client.chat(messages, max_tokens=128,
-                               **json_constraint(self.client.config.dialect, schema, name="tool_call"))
+        raw = self.client.chat_json(messages, schema, name="tool_call", max_tokens=128)
         try:
             step = json.loads(raw)
             tool, query = str(step["tool"]), str(step.get("query") or "")
@@ -133,12 +137,13 @@ class Orchestrator:
         scope = self._scope_of.get(name)
         if scope is None:
             return None, []
-        return scope, self.index.search(query.strip() or question, [scope], self.k, self.search)
+        return scope, self.index.search_many([query.strip() or question], [[scope]], self.k, self.search)[0]
 
     # -- the loop -------------------------------------------------------------------------------
     def ask(self, question: str) -> Answer:
-        from .llm.client import LLMError
-
+        """Tool rounds, then one synthesis. With ``protocol="auto"`` a question whose first native
+        round is answered without the required tool call goes on with the JSON protocol; the trace
+        says so (``protocol_switch``)."""
         question = validate_query(question)
         catalogue = "\n".join(f"- {t['function']['name']}: {t['function']['description']}" for t in self.tools)
         native = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
@@ -148,17 +153,19 @@ class Orchestrator:
         searched: list[str] = []
         trace: list[dict[str, Any]] = []
         calls = 0
+        protocol = "json" if self.protocol == "json" else "native"
         for round_no in range(1, self.max_rounds + 1):
             t0 = time.perf_counter()
-            protocol = "json" if self.protocol == "json" else "native"
             try:
                 if protocol == "native":
                     steps = self._native_round(native, round_no == 1)
                     calls += 1
                     if steps is None and round_no == 1 and self.protocol == "auto":
                         log.warning("the LLM endpoint ignored a required tool call (no tool calling in its "
-                                    "chat template?); the orchestrator switches to the JSON tool protocol")
-                        self.protocol = protocol = "json"
+                                    "chat template?); this question goes on with the JSON tool protocol")
+                        trace.append({"stage": "orchestrator", "round": round_no, "protocol_switch": "native -> json",
+                                      "reason": "required tool call ignored"})
+                        protocol = "json"
                 if protocol == "json":
                     steps = self._json_round(prompted, round_no == 1)
                     calls += 1

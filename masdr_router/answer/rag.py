@@ -14,13 +14,18 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import SearchConfig
-from .query import validate_query
-from .retrieval.index import Hit, ScopedIndex
-from .routers.base import RouteDecision, Router
-from .routers.policy import search_plan
+from ..config import SearchConfig
+from ..errors import LLMError, UsageError
+from ..query import validate_query
+from ..routers.base import RouteDecision, Router
+from ..routers.policy import POLICIES, search_plan
+
+if TYPE_CHECKING:
+    from ..llm.protocol import ChatClient
+    from ..retrieval.index import Hit
+    from ..routers.vote import SearchIndex
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +78,10 @@ def format_sources(hits: list[Hit], words: int) -> str:
     return "\n\n".join(f"[{h.chunk_id}] {' '.join(h.text.split()[:words])}" for h in hits) or "no results"
 
 
-def synthesise(client: Any, question: str, hits: list[Hit], *, max_chunk_words: int = 120,
+def synthesise(client: ChatClient, question: str, hits: list[Hit], *, max_chunk_words: int = 120,
                max_answer_tokens: int = 256) -> tuple[str, list[str], dict[str, Any]]:
     """One constrained synthesis call over ``hits``: ``(answer, citations, trace entry)``. The
     citations are retrieved chunk ids only; a failed endpoint gives an apology, not an exception."""
-    from .llm.client import LLMError, json_constraint
-
     if not hits:
         return "I do not know: nothing was retrieved for this question.", [], {"stage": "synthesis",
                                                                               "skipped": "nothing retrieved"}
@@ -88,9 +91,8 @@ def synthesise(client: Any, question: str, hits: list[Hit], *, max_chunk_words: 
     t0 = time.perf_counter()
     entry: dict[str, Any] = {"stage": "synthesis"}
     try:
-        raw = client.chat(messages, max_tokens=max_answer_tokens,
-                          **json_constraint(client.config.dialect, answer_schema(ids)))
-        text, cited = ScopedRAG._parse(raw, ids)
+        raw = client.chat_json(messages, answer_schema(ids), max_tokens=max_answer_tokens)
+        text, cited = parse_answer(raw, ids)
         entry["citations"] = len(cited)
     except LLMError as e:
         log.warning("synthesis failed: %s", e)
@@ -108,9 +110,11 @@ class ScopedRAG:
     ['bbc-sport-042#0']
     """
 
-    def __init__(self, index: ScopedIndex, router: Router, client: Any, *, k: int = 4,
+    def __init__(self, index: SearchIndex, router: Router, client: ChatClient, *, k: int = 4,
                  search: SearchConfig | None = None, policy: str = "router", max_chunk_words: int = 120,
                  max_answer_tokens: int = 256) -> None:
+        if policy not in POLICIES:
+            raise UsageError(f"routing policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self.index, self.router, self.client = index, router, client
         self.k, self.search, self.policy = k, search or SearchConfig(), policy
         self.max_chunk_words, self.max_answer_tokens = max_chunk_words, max_answer_tokens
@@ -137,16 +141,20 @@ class ScopedRAG:
         return Answer(question, text, cited, decision, scopes, hits, trace,
                       decision.llm_calls + (0 if "skipped" in entry else 1))
 
-    @staticmethod
-    def _parse(raw: str, ids: list[str]) -> tuple[str, list[str]]:
-        """Answer text and the cited ids that really were retrieved (anything else is dropped)."""
-        try:
-            obj = json.loads(raw)
-            text, cited = str(obj.get("answer", "")).strip(), [str(c) for c in obj.get("citations", [])]
-        except (json.JSONDecodeError, AttributeError):
-            # cut off by the token limit, or a server that ignored the schema: salvage what is there
-            m = re.search(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)', raw)
-            text = m.group(1).strip() if m else raw.strip()
-            cited = re.findall(r'"([^"]+)"', raw.split('"answer"')[0]) + re.findall(r"\[([^\[\]]+)\]", raw)
-        allowed = set(ids)
-        return text, list(dict.fromkeys(c for c in cited if c in allowed))
+
+def parse_answer(raw: str, ids: list[str]) -> tuple[str, list[str]]:
+    """Answer text and the cited ids that really were retrieved (anything else is dropped).
+
+    >>> parse_answer('{"citations": ["d1#0", "x#9"], "answer": "Profits fell."}', ["d1#0"])
+    ('Profits fell.', ['d1#0'])
+    """
+    try:
+        obj = json.loads(raw)
+        text, cited = str(obj.get("answer", "")).strip(), [str(c) for c in obj.get("citations", [])]
+    except (json.JSONDecodeError, AttributeError):
+        # cut off by the token limit, or a server that ignored the schema: salvage what is there
+        m = re.search(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)', raw)
+        text = m.group(1).strip() if m else raw.strip()
+        cited = re.findall(r'"([^"]+)"', raw.split('"answer"')[0]) + re.findall(r"\[([^\[\]]+)\]", raw)
+    allowed = set(ids)
+    return text, list(dict.fromkeys(c for c in cited if c in allowed))

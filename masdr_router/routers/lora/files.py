@@ -1,0 +1,11 @@
+"""File names and the format tag of a LoRA router artifact, in one place (as peft does)."""
+
+FORMAT = "masdr-router/1"
+CONFIG_NAME = "router_config.json"
+HEAD_NAME = "head.safetensors"
+ONNX_FILE = "router.onnx"
+TAXONOMY_FILE = "taxonomy.yaml"
+METRICS_FILE = "metrics.json"
+CARD_FILE = "README.md"
+ENCODER_DIR = "encoder"
+ADAPTER_DIR = "adapter"
