@@ -165,24 +165,24 @@ def bench_dataset(name: str, max_docs: int | None, args: argparse.Namespace) -> 
 
 
 def bench_llm(taxonomy, lora, test, labels) -> dict[str, dict[str, Any]]:
-    from masdr_router import RegexRouter, evaluate_router
+    import tempfile
+
+    from masdr_router import build_systems, evaluate_router
     from masdr_router.llm.client import LLMClient
     from masdr_router.llm.config import LLMConfig
     from masdr_router.llm.server import LocalLLMServer
-    from masdr_router.routers.cascade import CascadeRouter, Stage
-    from masdr_router.routers.llm import LLMRouter
 
     rows = {}
-    with LocalLLMServer() as srv:
-        llm = LLMRouter(taxonomy, LLMClient(LLMConfig(base_url=srv.base_url, timeout_s=300, concurrency=2)))
-        scored = LLMRouter(taxonomy, LLMClient(LLMConfig(base_url=srv.base_url, timeout_s=300, concurrency=2)),
-                           scoring="logprobs")
-        systems = {"llm-zero-shot": llm,
-                   "llm-logprobs": scored,
-                   "cascade regex>llm": CascadeRouter(taxonomy, [Stage(RegexRouter(taxonomy)), Stage(llm)]),
-                   "cascade regex>lora>llm": CascadeRouter(taxonomy, [Stage(RegexRouter(taxonomy)), Stage(lora),
-                                                                      Stage(llm)])}
-        for name, r in systems.items():
+    with LocalLLMServer() as srv, tempfile.TemporaryDirectory() as tmp:
+        # the systems are router specs, exactly as `masdr eval router --router SPEC` builds them
+        lora_dir = lora.save_pretrained(f"{tmp}/lora")
+        client = LLMClient(LLMConfig(base_url=srv.base_url, timeout_s=300, concurrency=2))
+        systems = build_systems(["llm", "llm-logprobs", "regex,llm", f"regex,{lora_dir},llm"], taxonomy=taxonomy,
+                                llm=client)
+        names = {"llm": "llm-zero-shot", "llm-logprobs": "llm-logprobs", "regex,llm": "cascade regex>llm",
+                 "regex,lora,llm": "cascade regex>lora>llm"}
+        for spec_name, (r, _) in systems.items():
+            name = names[spec_name]
             rep = evaluate_router(r, test)
             rows[name] = {"accuracy": rep["accuracy"], "macro_f1": rep["macro_f1"], "train_s": 0.0,
                           "p50_ms": rep["latency_ms"]["p50"], "throughput_qps": rep["throughput_qps"],

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import OutputExistsError
+from .errors import OutputError, OutputExistsError
 
 
 def check_output(out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
@@ -41,8 +41,11 @@ def atomic_directory(out: str | os.PathLike[str], *, overwrite: bool = False) ->
     ...     (tmp / "manifest.json").write_text("{}")
     """
     out = check_output(out, overwrite=overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise _cannot_write(out, e) from None
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the artifact should get normal permissions
     try:
         yield tmp
@@ -62,17 +65,30 @@ def atomic_directory(out: str | os.PathLike[str], *, overwrite: bool = False) ->
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write a file via a temp file + rename, so readers never see a partial file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise _cannot_write(path, e) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _cannot_write(path, e) from None
         raise
+
+
+def _cannot_write(path: Path, e: OSError) -> OutputError:
+    """An unwritable output as a one-line error (no permission, a directory where the file goes, a
+    file where a folder should be) instead of a traceback."""
+    blocker = next((p for p in path.parents if p.exists()), None)
+    why = f"{blocker} is not a directory" if blocker is not None and not blocker.is_dir() else e.strerror or str(e)
+    return OutputError(f"cannot write {path}: {why}")
 
 
 def _umask() -> int:

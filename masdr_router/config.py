@@ -106,14 +106,20 @@ class ConfigBase:
     def from_yaml(cls: type[T], path: str | Path) -> T:
         import yaml
 
+        if not Path(path).is_file():
+            what = "is a directory, not a config file" if Path(path).is_dir() else "config file not found"
+            raise ConfigError(what, path=str(path))
         try:
             raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError("config file not found", path=str(path)) from None
-        except (yaml.YAMLError, UnicodeDecodeError) as e:
-            raise ConfigError(f"invalid YAML: {e}".splitlines()[0], path=str(path)) from None
+        except yaml.YAMLError as e:  # the problem and its line, not the parser's context ("while parsing …")
+            mark = getattr(e, "problem_mark", None)
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"invalid YAML: {problem}", path=str(path),
+                              line=mark.line + 1 if mark is not None else None) from None
+        except UnicodeDecodeError:
+            raise ConfigError("file is not UTF-8 text", path=str(path)) from None
         if raw is not None and not isinstance(raw, dict):
-            raise ConfigError("expected a mapping", path=str(path))
+            raise ConfigError(f"expected a mapping of config keys, got {type(raw).__name__}", path=str(path))
         return cls.from_dict(raw, source=str(path))
 
     @classmethod

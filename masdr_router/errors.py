@@ -34,6 +34,10 @@ class OutputExistsError(MasdrError, FileExistsError):
     """An output path already exists and replacing it was not asked for."""
 
 
+class OutputError(MasdrError, OSError):
+    """An output path cannot be written: its folder cannot be made, it is a directory, no permission."""
+
+
 class UnknownScopeError(MasdrError, KeyError):
     """A scope name that the taxonomy does not define."""
 

@@ -56,6 +56,18 @@ def bbc_index_dir(bbc_index, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def small_router(bbc_small, tmp_path_factory):
+    """A LoRA router trained for two epochs on the 30 small-BBC headlines, exported as bbc-router/."""
+    from masdr_router import TrainConfig, train_router
+
+    res = train_router(bbc_small.taxonomy, bbc_small.queries, None,
+                       TrainConfig(epochs=2, batch_size=16, max_length=32, progress=False))
+    out = tmp_path_factory.mktemp("routers") / "bbc-router"
+    res.router.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def llm_server():
     """The real embedded llama.cpp server (SmolLM2-135M) on 127.0.0.1, shared by the session."""
     from masdr_router.llm.server import LocalLLMServer

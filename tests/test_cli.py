@@ -35,11 +35,15 @@ def test_build_then_evaluate_writes_the_json_contract(bbc_small_dir, tmp_path):
     assert p.returncode == 0, p.stderr
     assert (idx / "manifest.json").is_file()
     out = tmp_path / "r.json"
+    (tmp_path / "search.yaml").write_text("mode: bm25\nglobal_head: 2\n")
     p = masdr("eval", "retrieval", "--index", idx, "--queries", bbc_small_dir / "test.jsonl",
-              "--router", "global", "--router", "regex", "--router", "oracle", "--k", 5, "--json", out)
+              "--router", "global", "--router", "regex", "--router", "oracle", "--k", 5, "--json", out,
+              "--search-config", tmp_path / "search.yaml", "--mode", "dense")
     assert p.returncode == 0, p.stderr
     assert "P@5" in p.stdout and "oracle" in p.stdout
     report = json.loads(out.read_text())
+    # the file is read, and a flag overrides it
+    assert (report["search"]["mode"], report["search"]["global_head"]) == ("dense", 2)
     assert set(report["systems"]) == {"global", "regex", "oracle"}
     for s in report["systems"].values():
         assert {"p_at_k", "r_at_k", "hit_at_k", "n_queries"} <= set(s)
@@ -102,5 +106,5 @@ def test_existing_output_is_not_clobbered(bbc_small_dir, tmp_path):
 @pytest.mark.parametrize("name", ["nope"])
 def test_unknown_dataset(name, tmp_path):
     line = one_line_error(masdr("data", "prepare", name, "--out", tmp_path / "o"))
-    assert line == "error: unknown data set 'nope'; available: bbc, 20ng, composite"
+    assert "'nope' is not one of 'bbc', '20ng', 'composite'" in line
     assert not (tmp_path / "o").exists()

@@ -230,7 +230,7 @@ def test_cascade_records_which_stage_decided(client, bbc_small):
     assert by_llm.stage == "llm" and by_llm.scope in tax.names
     assert [t["stage"] for t in by_llm.trace] == ["regex", "llm"]
     assert not by_llm.trace[0]["accepted"] and by_llm.trace[1]["accepted"]
-    assert all(t["latency_ms"] >= 0 for t in by_llm.trace)
+    assert by_llm.trace[1]["latency_ms"] > 1.0  # a real HTTP round trip to the LLM, timed per stage
 
 
 def test_cascade_falls_back_to_global_search_when_every_stage_abstains(bbc_small):

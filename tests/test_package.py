@@ -11,8 +11,14 @@ def test_import_is_cheap():
     assert out == "[]"
 
 
-def test_every_public_name_resolves():
+def test_every_public_name_resolves_to_the_package_object_of_that_name():
     import masdr_router
 
     for name in masdr_router.__all__:
-        assert getattr(masdr_router, name) is not None, name
+        if name == "__version__":
+            continue
+        obj = getattr(masdr_router, name)
+        assert obj.__name__ == name and obj.__module__.startswith("masdr_router."), (name, obj)
+    from importlib.metadata import version
+
+    assert masdr_router.__version__ == version("masdr-router")  # what pip installed is what the code says

@@ -42,11 +42,13 @@ def test_synthesis_endpoint_down_gives_an_answer_not_a_crash(bbc_index):
     assert "unreachable" in ans.trace[-1]["error"]
 
 
-def test_cli_ask_with_the_embedded_server(bbc_index_dir):
+def test_cli_ask_with_the_embedded_server(bbc_index_dir, write):
+    search_cfg = write("search.yaml", "mode: bm25\nglobal_head: 0\n")  # ask reads the search config
     p = masdr("ask", "--index", bbc_index_dir, "--router", "regex", "--local", "--k", 2, "--json", "-",
-              "Who won the match after a late goal?")
+              "--search-config", search_cfg, "Who won the match after a late goal?")
     assert p.returncode == 0, p.stderr
     ans = json.loads(p.stdout)
+    assert next(t for t in ans["trace"] if t["stage"] == "retrieve")["mode"] == "bm25"
     assert ans["scope"] == "sport" and ans["searched_scopes"] == ["sport"]
     retrieved = {r["chunk_id"] for r in ans["retrieved"]}
     assert all("sport" in r["scopes"] for r in ans["retrieved"])

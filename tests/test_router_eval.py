@@ -7,19 +7,9 @@ import numpy as np
 import pytest
 from conftest import masdr, one_line_error
 
-from masdr_router import RegexRouter, RouteDecision, TrainConfig, evaluate_retrieval, evaluate_router, train_router
+from masdr_router import RegexRouter, RouteDecision, evaluate_retrieval, evaluate_router
 from masdr_router.errors import MasdrError
 from masdr_router.routers.policy import search_plan
-
-
-@pytest.fixture(scope="module")
-def small_router(bbc_small, tmp_path_factory):
-    """A LoRA router trained for two epochs on the 30 small-BBC headlines, exported."""
-    res = train_router(bbc_small.taxonomy, bbc_small.queries, None,
-                       TrainConfig(epochs=2, batch_size=16, max_length=32, progress=False))
-    out = tmp_path_factory.mktemp("routers") / "bbc-router"
-    res.router.save_pretrained(out)
-    return out
 
 
 def test_router_report_has_the_stable_json_keys(bbc_small):

@@ -18,7 +18,7 @@ def test_regex_router_picks_the_scope_with_most_matching_patterns(tax):
     d = RegexRouter(tax).route("A late GOAL decides the match")
     assert d.scope == "sport" and d.stage == "regex"
     assert d.scores == {"sport": 1.0, "tech": 0.0, "all-news": 0.0}
-    assert d.latency_ms >= 0
+    assert d.latency_ms > 0  # measured, not left at its default
 
 
 def test_regex_router_abstains_on_no_match_and_on_ties(tax):

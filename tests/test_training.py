@@ -250,3 +250,26 @@ def test_training_and_inference_use_cuda_when_present(bbc_queries, tmp_path):
     on_cpu = LoraRouter.from_pretrained(out, device="cpu").predict_proba(texts)
     assert (on_gpu.argmax(1) == on_cpu.argmax(1)).mean() > 0.95  # bf16 may flip a near-tie
     np.testing.assert_allclose(on_gpu, on_cpu, atol=0.05)
+
+
+def test_a_run_leaves_the_process_as_it_found_it(bbc_queries):
+    """Seeds, deterministic kernels, transformers' progress bars and warning filters are set for the
+    run only: a caller's process is the same before and after."""
+    import warnings
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    tax, qs = bbc_queries
+    cfg = TrainConfig(**{**FAST, "epochs": 1})
+    train_router(tax, qs, None, cfg)  # first imports of torch, peft, sympy ... add their own warning filters
+    torch.manual_seed(1234)
+    np.random.seed(1234)
+    rng, np_rng = torch.random.get_rng_state(), np.random.get_state()[1].copy()
+    before = (torch.are_deterministic_algorithms_enabled(), hf_logging.is_progress_bar_enabled(),
+              list(warnings.filters))
+    train_router(tax, qs, None, cfg)
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    assert (np.random.get_state()[1] == np_rng).all()
+    assert (torch.are_deterministic_algorithms_enabled(), hf_logging.is_progress_bar_enabled(),
+            list(warnings.filters)) == before

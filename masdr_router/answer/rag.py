@@ -128,6 +128,7 @@ class ScopedRAG:
                                       weights=[weights] if weights else None)[0]
         trace = [*decision.trace] if decision.trace else [{"stage": decision.stage, "scope": decision.scope}]
         trace.append({"stage": "retrieve", "scopes": scopes or "global", "policy": self.policy,
+                      "mode": self.search.mode,
                       "reason": "routed" if decision.scope else "router abstained",
                       "hits": len(hits), "latency_ms": round((time.perf_counter() - t0) * 1000, 3)})
         return decision, scopes, hits, trace

@@ -38,8 +38,9 @@ def ask(
     question: Annotated[str, typer.Argument(help="the question")],
     index: Annotated[Path, typer.Option(help="index directory")],
     router: Annotated[list[str] | None, typer.Option(
-        "--router", help="the router spec, as everywhere (a cascade is one spec: regex,DIR,llm; DIR:top2 searches "
-                         "the two likeliest scopes when unsure). Give it once.")] = None,
+        "--router", metavar="SPEC", help="the router spec, as everywhere (a cascade is one spec: regex,DIR,llm; "
+                                         "DIR:top2 searches the two likeliest scopes when unsure). Give it once.")]
+    = None,
     orchestrator: Annotated[bool, typer.Option("--orchestrator", help="the MASDR-RAG baseline instead of routing: "
                                                "the LLM calls one search tool per scope for up to --max-rounds "
                                                "rounds, then one synthesis call")] = False,

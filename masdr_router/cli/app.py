@@ -50,25 +50,26 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point. Returns (and, as a script, exits with) 0 on success, 2 on bad input, 130 on Ctrl-C."""
     import logging
 
-    import click
-
     from ..errors import MasdrError
+
+    # the click that typer raises from: click itself, or the copy that newer typer vendors
+    click = sys.modules[typer.BadParameter.__module__]
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("masdr_router").setLevel(logging.INFO)
     try:
         result = app(args=argv, prog_name="masdr", standalone_mode=False)
         return result if isinstance(result, int) else 0
-    except click.exceptions.NoArgsIsHelpError as e:
+    except getattr(click, "NoArgsIsHelpError", ()) as e:
         print(e.ctx.get_help())
         return 0
     except click.UsageError as e:  # a flag the parser could not take: same contract as our own errors
         hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
         error_line(e.format_message() + hint)
         return 2
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         return e.exit_code
-    except (click.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         err.print("interrupted")
         return 130
     except MasdrError as e:

@@ -29,8 +29,23 @@ def fmt(v: Any, pct: bool = False) -> str:
 
 
 # ---- JSON output: one meaning everywhere ----------------------------------------------------------
+def _writable_json_path(value: Path | None) -> Path | None:
+    """Refuse an unwritable ``--json`` path before the work starts, not after it."""
+    if value is None or str(value) == "-":
+        return value
+    from ..errors import OutputError
+
+    if value.is_dir():
+        raise OutputError(f"cannot write {value}: Is a directory")
+    blocker = next((p for p in value.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise OutputError(f"cannot write {value}: {blocker} is not a directory")
+    return value
+
+
 JsonOut = Annotated[Path | None, typer.Option(
-    "--json", help="write the result as JSON to this file; '-' prints it to stdout (tables then go to stderr)")]
+    "--json", callback=_writable_json_path,
+    help="write the result as JSON to this file; '-' prints it to stdout (tables then go to stderr)")]
 
 
 def human(json_out: Path | None) -> Console:
@@ -86,15 +101,20 @@ def search_config(path: Path | None, *, mode: str | None = None, global_head: in
 
 
 # ---- the LLM endpoint ------------------------------------------------------------------------------
+def _envvar(names: tuple[str, ...]) -> str | list[str]:
+    """One variable as a string: typer quotes a list as-is in its messages ("env var: '['X']'")."""
+    return names[0] if len(names) == 1 else list(names)
+
+
 LLMConfigFile = Annotated[Path | None, typer.Option(
     "--llm-config", help="LLMConfig YAML, e.g. configs/llm/vllm.yaml; the flags and variables below override it")]
 LLMUrl = Annotated[str | None, typer.Option(
-    "--llm-url", envvar=list(ENV_BASE_URL), show_envvar=True,
+    "--llm-url", envvar=_envvar(ENV_BASE_URL), show_envvar=True,
     help="OpenAI-compatible base URL (the key comes from MASDR_LLM_API_KEY or OPENAI_API_KEY; default "
          "http://127.0.0.1:8080/v1)")]
-LLMModel = Annotated[str | None, typer.Option("--llm-model", envvar=list(ENV_MODEL), show_envvar=True,
+LLMModel = Annotated[str | None, typer.Option("--llm-model", envvar=_envvar(ENV_MODEL), show_envvar=True,
                                               help="model name sent with each request")]
-LLMDialect = Annotated[Dialect | None, typer.Option("--llm-dialect", envvar=list(ENV_DIALECT), show_envvar=True,
+LLMDialect = Annotated[Dialect | None, typer.Option("--llm-dialect", envvar=_envvar(ENV_DIALECT), show_envvar=True,
                                                     help="how constrained output is requested")]
 LLMTimeout = Annotated[float | None, typer.Option("--llm-timeout", help="seconds per request (default 60)")]
 Local = Annotated[bool, typer.Option("--local", help="start the embedded llama.cpp server (SmolLM2-135M) for "

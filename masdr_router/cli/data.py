@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..datasets import DatasetName
 from .common import err, out
 
 app = typer.Typer(help="Real public data sets in the package's data contracts.", no_args_is_help=True)
@@ -16,7 +17,7 @@ app = typer.Typer(help="Real public data sets in the package's data contracts.",
 
 @app.command("prepare")
 def prepare(
-    name: Annotated[str, typer.Argument(help="bbc, 20ng or composite (see `masdr data list`)")],
+    name: Annotated[DatasetName, typer.Argument(help="the data set (see `masdr data list`)")],
     out_dir: Annotated[Path, typer.Option("--out", help="output directory (written atomically)")],
     max_docs_per_scope: Annotated[int | None, typer.Option(min=1, help="subsample: at most N documents per scope "
                                                                 "(composite: the largest scope, ratios kept)")] = None,

@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
+from ..datasets import DatasetName
 from . import answer, data, evaluate, index, train
 from .common import out
 
 
 def demo(
     workdir: Annotated[Path, typer.Option(help="where data, index and reports go")] = Path("runs/demo"),
-    dataset: Annotated[str, typer.Option(help="bbc, 20ng or composite")] = "bbc",
+    dataset: Annotated[DatasetName, typer.Option(help="the data set (see `masdr data list`)")] = "bbc",
     router_out: Annotated[Path | None, typer.Option(help="where the trained router is exported "
                                                     "(default: checkpoints/DATASET-router)")] = None,
     max_docs_per_scope: Annotated[int | None, typer.Option(min=1, help="subsample the corpus for a quicker "

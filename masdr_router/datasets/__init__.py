@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal, get_args
 
 from ..errors import MasdrError
 from .base import Dataset, packaged_taxonomy
@@ -15,9 +16,10 @@ from .bbc import load_bbc
 from .composite import load_composite
 from .newsgroups import load_20ng
 
-DATASETS: dict[str, Callable[..., Dataset]] = {"bbc": load_bbc, "20ng": load_20ng, "composite": load_composite}
+DatasetName = Literal["bbc", "20ng", "composite"]
+DATASETS: dict[str, Callable[..., Dataset]] = dict(zip(get_args(DatasetName), (load_bbc, load_20ng, load_composite)))
 
-__all__ = ["DATASETS", "Dataset", "load_dataset", "packaged_taxonomy"]
+__all__ = ["DATASETS", "Dataset", "DatasetName", "load_dataset", "packaged_taxonomy"]
 
 
 def load_dataset(name: str, *, max_docs_per_scope: int | None = None, seed: int = 0) -> Dataset:

@@ -1,4 +1,5 @@
-"""PNG plots of evaluation reports (matplotlib, headless)."""
+"""PNG plots of evaluation reports. Figures are built with matplotlib's object API (no pyplot), so
+plotting needs no display and never switches the process's matplotlib backend."""
 
 from __future__ import annotations
 
@@ -9,15 +10,13 @@ from typing import Any
 
 def plot_retrieval_report(report: dict[str, Any], path: str | Path) -> Path:
     """Source-confusion heatmaps (one per system) and dilution δ against scope size."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.figure import Figure
 
     systems = list(report["confusion"])
     n = len(systems) + 1
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.4), constrained_layout=True)
+    fig = Figure(figsize=(4.2 * n, 4.4), layout="constrained")
+    axes = fig.subplots(1, n)
     for ax, name in zip(axes, systems):
         c = report["confusion"][name]
         m = np.array([[np.nan if v is None else v for v in row] for row in c["matrix"]], dtype=float)
@@ -41,24 +40,20 @@ def plot_retrieval_report(report: dict[str, Any], path: str | Path) -> Path:
     ax.set_xlabel("chunks in scope (log)")
     ax.set_ylabel("mean δ")
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return Path(path)
 
 
 def plot_router_report(report: dict[str, Any], path: str | Path) -> Path:
     """Confusion matrix (row-normalised, abstentions as the last column) and reliability diagram."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.figure import Figure
 
     c = report["confusion"]
     m = np.array(c["matrix"], dtype=float)
     m = m / np.maximum(m.sum(1, keepdims=True), 1)
     n = len(c["labels"])
-    fig, axes = plt.subplots(1, 2, figsize=(5 + 0.35 * n + 4.5, 0.3 * n + 4), constrained_layout=True,
-                             gridspec_kw={"width_ratios": [1 + 0.1 * n, 1]})
+    fig = Figure(figsize=(5 + 0.35 * n + 4.5, 0.3 * n + 4), layout="constrained")
+    axes = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1 + 0.1 * n, 1]})
     ax = axes[0]
     ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
     ax.set_yticks(range(n), c["labels"], fontsize=7)
@@ -84,5 +79,4 @@ def plot_router_report(report: dict[str, Any], path: str | Path) -> Path:
         ax.axis("off")
         ax.text(0.5, 0.5, "no confidence scores", ha="center")
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return Path(path)

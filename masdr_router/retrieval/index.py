@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from ..taxonomy import Taxonomy
 from .bm25 import BM25Shard
 from .dense import DenseShard, resolve_backend
 from .fusion import rrf_fuse
+
+if TYPE_CHECKING:
+    from .embedder import Embedder
 
 FORMAT = "masdr-scoped-index/1"
 MANIFEST = "manifest.json"
@@ -61,7 +64,7 @@ class ScopedIndex:
 
     def __init__(self, taxonomy: Taxonomy, chunks: list[Chunk], chunk_scopes: list[tuple[str, ...]],
                  embeddings: np.ndarray, config: IndexConfig, *, stats: dict[str, Any] | None = None,
-                 embedder: Any = None) -> None:
+                 embedder: Embedder | None = None) -> None:
         self.taxonomy = taxonomy
         self.chunks = chunks
         self.chunk_scopes = chunk_scopes
@@ -169,7 +172,7 @@ class ScopedIndex:
 
     # ---- search -------------------------------------------------------------------------------
     @property
-    def embedder(self) -> Any:
+    def embedder(self) -> Embedder:
         if self._embedder is None:
             from .embedder import Embedder
 

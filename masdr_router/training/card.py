@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import TrainConfig
+
+if TYPE_CHECKING:
+    from ..routers.lora import LoraRouter
 
 
 def _f(v: Any) -> str:
     return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
-def model_card(router: Any, metrics: dict[str, Any], cfg: TrainConfig) -> str:
+def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) -> str:
     cal = metrics["calibration"]
     lines = [
         f"# LoRA scope router for taxonomy `{router.taxonomy.name}`",
