@@ -170,9 +170,10 @@ CASES: list[tuple[str, Args, str]] = [
     ("index-config-unknown-key", _build_with_config("chunk_sise: 100\n"),
      r"index\.yaml: unknown key\(s\) \['chunk_sise'\]"),
     # --- artifacts on disk
-    ("index-corrupt-manifest", _corrupt_index, r"manifest\.json: not valid JSON .*the index is corrupted, rebuild it"),
+    ("index-corrupt-manifest", _corrupt_index,
+     r"manifest\.json: not valid JSON .*the scoped index is corrupted, rebuild it"),
     ("router-corrupt-config", _corrupt_router,
-     r"router_config\.json: not valid JSON .*the artifact is corrupted, export it again"),
+     r"router_config\.json: not valid JSON .*the router artifact is corrupted, export it again"),
     ("not-an-index", _not_an_index, r"empty is not a scoped index \(no manifest\.json\); build one with"),
     ("output-exists", _build_into_existing, r"output .*idx already exists; pass --overwrite to replace it"),
     ("json-under-a-file", _json_into_a_file, r"cannot write .*afile/d\.json: .*afile is not a directory"),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._version import __version__
+from ..artifacts import read_manifest_json
 from ..atomic import atomic_directory, write_json_atomic
 from ..config import IndexConfig, SearchConfig
 from ..data import Chunk, Document, chunk_document
@@ -297,18 +298,10 @@ class ScopedIndex:
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """The manifest of the index at ``path``, checked for format and required keys."""
-    mpath = path / MANIFEST
-    if not mpath.is_file():
-        raise ArtifactError(f"{path} is not a scoped index (no {MANIFEST}); build one with `masdr index build`")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{mpath}: not valid JSON ({e}); the index is corrupted, rebuild it") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise ArtifactError(f"{mpath}: unsupported index format {found!r}, expected {FORMAT!r}")
-    missing = [k for k in ("taxonomy", "config", "counts", "encoder") if k not in manifest]
-    if missing or not isinstance(manifest["taxonomy"], dict) or "fingerprint" not in manifest["taxonomy"]:
-        raise ArtifactError(f"{mpath}: missing key(s) {missing or ['taxonomy.fingerprint']}; the index is "
+    manifest = read_manifest_json(path, MANIFEST, kind="scoped index", fmt=FORMAT,
+                                  required=("taxonomy", "config", "counts", "encoder"),
+                                  make_hint="build one with `masdr index build`", fix_hint="rebuild it")
+    if not isinstance(manifest["taxonomy"], dict) or "fingerprint" not in manifest["taxonomy"]:
+        raise ArtifactError(f"{path / MANIFEST}: missing key(s) ['taxonomy.fingerprint']; the scoped index is "
                             "corrupted, rebuild it")
     return manifest

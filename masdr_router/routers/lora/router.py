@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._version import __version__
+from ...artifacts import read_manifest_json
 from ...errors import ArtifactError, MasdrError, TaxonomyMismatchError
 from ...query import validate_query
 from ...taxonomy import Taxonomy
@@ -235,17 +236,6 @@ class LoraRouter(Router):
 
 def read_router_config(path: Path) -> dict[str, Any]:
     """``router_config.json`` of the artifact at ``path``, checked for format and required keys."""
-    cpath = path / CONFIG_NAME
-    if not cpath.is_file():
-        raise ArtifactError(f"{path} is not a router artifact (no {CONFIG_NAME}); train one with `masdr train`")
-    try:
-        cfg = json.loads(cpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{cpath}: not valid JSON ({e}); the artifact is corrupted, export it again") from None
-    if not isinstance(cfg, dict) or cfg.get("format") != FORMAT or cfg.get("router_type") != "lora":
-        found = (cfg.get("format"), cfg.get("router_type")) if isinstance(cfg, dict) else type(cfg).__name__
-        raise ArtifactError(f"{cpath}: unsupported router artifact {found!r}, expected format {FORMAT!r}")
-    missing = [k for k in ("labels", "taxonomy", "temperature", "threshold", "max_length", "pooling") if k not in cfg]
-    if missing:
-        raise ArtifactError(f"{cpath}: missing key(s) {missing}; the artifact is corrupted, export it again")
-    return cfg
+    return read_manifest_json(path, CONFIG_NAME, kind="router artifact", fmt=FORMAT, extra={"router_type": "lora"},
+                              required=("labels", "taxonomy", "temperature", "threshold", "max_length", "pooling"),
+                              make_hint="train one with `masdr train`", fix_hint="export it again")
