@@ -53,16 +53,26 @@ def print_retrieval_report(console: Console, report: dict[str, Any]) -> None:
 
 
 def print_router_reports(console: Console, reports: dict[str, dict[str, Any]], *, title: str) -> None:
-    t = Table(title=title)
-    for col in ["router", "accuracy", "macro-F1", "top-1 acc", "abstain", "acc answered", "ECE", "p50 ms",
-                "p99 ms", "QPS", "LLM calls"]:
-        t.add_column(col, justify="left" if col == "router" else "right", no_wrap=col == "router")
+    from rich import box
+
+    with_llm = any(r.get("llm_calls_per_query") for r in reports.values())
+    # a light box and short headers: the table fits an 80-column terminal
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False,
+              caption="acc/F1 count abstentions as misses; top-1 ignores the threshold; ans. = accuracy "
+                      "when answered; p50/p99: latency of one query in ms")
+    cols = ["router", "acc", "F1", "top-1", "abstain", "ans.", "ECE", "p50", "p99", "QPS"]
+    for col in [*cols, *(["LLM/q"] if with_llm else [])]:
+        t.add_column(col, justify="left" if col == "router" else "right", no_wrap=True)
     for name, r in reports.items():
         t.add_row(name, fmt(r["accuracy"]), fmt(r["macro_f1"]), fmt(r["top1_accuracy"]),
                   fmt(r["abstain_rate"], True), fmt(r["accuracy_when_answered"]), fmt(r["ece"]),
-                  f"{r['latency_ms']['p50']:.2f}", f"{r['latency_ms']['p99']:.2f}", f"{r['throughput_qps']:.0f}",
-                  f"{r['llm_calls_per_query']:.2f}")
+                  f"{r['latency_ms']['p50']:.2f}", f"{r['latency_ms']['p99']:.2f}", _qps(r["throughput_qps"]),
+                  *([f"{r['llm_calls_per_query']:.2f}"] if with_llm else []))
     console.print(t)
+
+
+def _qps(v: float) -> str:
+    return f"{v / 1000:.1f}k" if v >= 10_000 else f"{v:.0f}"
 
 
 def print_decision(console: Console, d: Any) -> None:
