@@ -57,7 +57,7 @@ def print_router_reports(console: Console, reports: dict[str, dict[str, Any]], *
 
     with_llm = any(r.get("llm_calls_per_query") for r in reports.values())
     # a light box and short headers: the table fits an 80-column terminal
-    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False,
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
               caption="acc/F1 count abstentions as misses; top-1 ignores the threshold; ans. = accuracy "
                       "when answered; p50/p99: latency of one query in ms")
     cols = ["router", "acc", "F1", "top-1", "abstain", "ans.", "ECE", "p50", "p99", "QPS"]
