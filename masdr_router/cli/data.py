@@ -53,4 +53,4 @@ def list_() -> None:
 
     for n, fn in DATASETS.items():
         doc = (sys.modules[fn.__module__].__doc__ or "").strip()
-        out.print(f"{n:10s} {doc.splitlines()[0] if doc else ''}")
+        out.print(f"{n:16s} {doc.splitlines()[0] if doc else ''}")

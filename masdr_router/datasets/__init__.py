@@ -14,10 +14,13 @@ from ..errors import MasdrError
 from .base import Dataset, packaged_taxonomy
 from .bbc import load_bbc
 from .composite import load_composite
+from .django_docs import load_django_docs
 from .newsgroups import load_20ng
+from .sqlalchemy_docs import load_sqlalchemy_docs
 
-DatasetName = Literal["bbc", "20ng", "composite"]
-DATASETS: dict[str, Callable[..., Dataset]] = dict(zip(get_args(DatasetName), (load_bbc, load_20ng, load_composite)))
+DatasetName = Literal["bbc", "20ng", "composite", "django-docs", "sqlalchemy-docs"]
+DATASETS: dict[str, Callable[..., Dataset]] = dict(zip(
+    get_args(DatasetName), (load_bbc, load_20ng, load_composite, load_django_docs, load_sqlalchemy_docs), strict=True))
 
 __all__ = ["DATASETS", "Dataset", "DatasetName", "load_dataset", "packaged_taxonomy"]
 
