@@ -34,7 +34,7 @@ _EXPORTS = {
     "TrainConfig": "training.config", "train_router": "training.trainer", "TrainResult": "training.trainer",
     "evaluate_router": "evaluation.router", "evaluate_retrieval": "evaluation.retrieval",
     "ScopedIndex": "retrieval.index", "Hit": "retrieval.index", "Embedder": "retrieval.embedder",
-    "load_dataset": "datasets",
+    "load_dataset": "datasets", "SynthConfig": "querygen", "synthesize_queries": "querygen",
 }
 
 __all__ = ["__version__", *_EXPORTS]

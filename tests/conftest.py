@@ -61,7 +61,8 @@ def small_router(bbc_small, tmp_path_factory):
     from masdr_router import TrainConfig, train_router
 
     res = train_router(bbc_small.taxonomy, bbc_small.queries, None,
-                       TrainConfig(epochs=2, batch_size=16, max_length=32, progress=False))
+                       TrainConfig(epochs=2, batch_size=16, max_length=32, progress=False, regime="holdout",
+                                   min_steps=0, keep_probe=False))
     out = tmp_path_factory.mktemp("routers") / "bbc-router"
     res.router.save_pretrained(out)
     return out

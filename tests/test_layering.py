@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "masdr_router"
 
 # bottom up; a layer may import only the layers before it
 LAYERS = ["_version", "errors", "config", "query", "atomic", "artifacts", "progress", "devices", "process", "taxonomy",
-          "data", "llm", "retrieval", "datasets", "routers", "answer", "evaluation", "training", "cli"]
+          "data", "llm", "retrieval", "datasets", "querygen", "routers", "answer", "evaluation", "training", "cli"]
 
 
 def module_name(path: Path) -> str:

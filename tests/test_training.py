@@ -16,7 +16,10 @@ from masdr_router import LabelledQuery, LoraRouter, Taxonomy, TaxonomyMismatchEr
 from masdr_router.errors import ConfigError, ValidationError
 from masdr_router.training.calibration import choose_threshold, expected_calibration_error, fit_temperature
 
-FAST = {"epochs": 2, "batch_size": 16, "max_length": 32, "progress": False, "learning_rate": 2e-3}
+# the mechanics of the holdout regime (export, resume, logging) on a few epochs; the regimes themselves
+# and the probe guard have their own tests below
+FAST = {"epochs": 2, "batch_size": 16, "max_length": 32, "progress": False, "learning_rate": 2e-3,
+        "regime": "holdout", "min_steps": 0, "keep_probe": False}
 
 
 def kill_after(epoch):
@@ -124,7 +127,8 @@ def test_killed_cli_run_resumes_and_finishes(bbc_queries, tmp_path):
     out = tmp_path / "router"
     cmd = [sys.executable, "-m", "masdr_router.cli", "train", "--taxonomy", str(tmp_path / "t.yaml"), "--train",
            str(tmp_path / "train.jsonl"), "--out", str(out), "--set", "epochs=4", "--set", "batch_size=16",
-           "--set", "max_length=32", "--set", "early_stopping_patience=10", "--set", "progress=false"]
+           "--set", "max_length=32", "--set", "early_stopping_patience=10", "--set", "progress=false",
+           "--set", "regime=holdout", "--set", "min_steps=0", "--set", "keep_probe=false"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     state = tmp_path / "router.ckpt" / "state.json"
@@ -217,7 +221,8 @@ def test_threshold_reaches_the_target_accuracy_or_abstains_on_everything():
     conf = np.array([0.99, 0.95, 0.9, 0.8, 0.7, 0.6])
     correct = np.array([1, 1, 1, 0, 1, 0], bool)
     thr, stats = choose_threshold(conf, correct, target_accuracy=1.0)
-    assert thr == 0.9 and stats["abstain_rate"] == 0.5 and stats["accuracy_when_answered"] == 1.0
+    # between the last confidence answered (0.9) and the first refused (0.8)
+    assert thr == pytest.approx(0.85) and stats["abstain_rate"] == 0.5 and stats["accuracy_when_answered"] == 1.0
     thr, stats = choose_threshold(conf, correct, target_accuracy=0.5)
     assert thr == 0.0 and stats["abstain_rate"] == 0.0
     thr, stats = choose_threshold(conf, np.zeros(6, bool), target_accuracy=0.9)
@@ -273,3 +278,108 @@ def test_a_run_leaves_the_process_as_it_found_it(bbc_queries):
     assert (np.random.get_state()[1] == np_rng).all()
     assert (torch.are_deterministic_algorithms_enabled(), hf_logging.is_progress_bar_enabled(),
             list(warnings.filters)) == before
+
+
+# ---- regimes, LP-FT and the probe guard ------------------------------------------------------------
+SMALL = {"batch_size": 16, "max_length": 32, "progress": False, "epochs": 3, "min_steps": 0, "max_epochs": 3}
+
+
+def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_queries):
+    tax, qs = bbc_queries
+    result = train_router(tax, qs, None, TrainConfig(**SMALL, keep_probe=False))
+    assert result.extra["regime"] == "cv" and "< cv_below=1000" in result.extra["regime_reason"]
+    # every labelled query is used for the final model; none is spent on a validation split
+    assert (result.n_train, result.n_val) == (len(qs), 0)
+    assert result.router.meta["train"]["n_train"] == len(qs)
+    cv = [h["cv_macro_f1"] for h in result.history]
+    assert len(cv) == 3 and result.best_epoch == int(np.argmax(cv)) + 1
+    # the out-of-fold predictions at the chosen epoch are what was calibrated and reported
+    assert result.val_metrics["macro_f1"] == pytest.approx(cv[result.best_epoch - 1])
+    assert result.calibration["temperature"] > 0
+    sel = result.extra["selection"]
+    assert sel["model"] == "lora" and sel["folds"] == 3 and len(sel["fold_val_macro_f1"]) == 3
+
+
+def test_auto_regime_holds_out_when_a_validation_file_is_given_or_data_is_plentiful(bbc_queries):
+    from masdr_router.training.trainer import choose_regime
+
+    cfg = TrainConfig()
+    assert choose_regime(cfg, 595, has_val=False)[0] == "cv"
+    assert choose_regime(cfg, 595, has_val=True)[0] == "holdout"
+    assert choose_regime(cfg, 1441, has_val=False)[0] == "holdout"
+    assert choose_regime(TrainConfig(regime="cv"), 5000, has_val=True)[0] == "cv"
+    tax, qs = bbc_queries
+    result = train_router(tax, qs[:40], qs[40:], TrainConfig(**SMALL))
+    assert result.extra["regime"] == "holdout" and (result.n_train, result.n_val) == (40, len(qs) - 40)
+
+
+def test_lp_ft_the_head_starts_as_the_frozen_probe(bbc_queries):
+    """LoRA's B matrices start at zero, so a model whose head is initialised from the probe
+    predicts exactly what the probe predicts before its first step."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+    from masdr_router.training.probe import fit_probe
+    from masdr_router.training.trainer import build_run, encode
+
+    tax, qs = bbc_queries
+    cfg = TrainConfig(**SMALL)
+    path = resolve_encoder_path("minilm")
+    tok, frozen = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    data = encode(cfg, tax.names, qs, tok, frozen)
+    probe = fit_probe(data.features, data.y.numpy(), len(tax.names))
+    run = build_run(cfg, tax.names, path, tok, data, None, key="t", epochs=1, head_init=probe)
+    np.testing.assert_allclose(run.predict_logits(data.ids, data.mask), probe.logits(data.features), atol=1e-3)
+    cold = build_run(cfg, tax.names, path, tok, data, None, key="t", epochs=1, head_init=None)
+    assert not np.allclose(cold.predict_logits(data.ids, data.mask), probe.logits(data.features), atol=1e-1)
+
+
+def test_the_guard_exports_the_probe_when_it_validates_better(bbc_queries, tmp_path):
+    from masdr_router.training.card import model_card
+
+    tax, qs = bbc_queries
+    # a LoRA run that cannot learn (random head, a vanishing learning rate) against a fitted probe
+    crippled = {**SMALL, "regime": "holdout", "head_init": "random", "learning_rate": 1e-9, "epochs": 1}
+    kept = train_router(tax, qs, None, TrainConfig(**crippled))
+    sel = kept.extra["selection"]
+    assert sel["model"] == "probe" and sel["probe_val_macro_f1"] > sel["lora_val_macro_f1"]
+    out = kept.router.save_pretrained(tmp_path / "router")
+    assert not (out / "adapter").exists()  # the frozen encoder with the probe as its head
+    loaded = LoraRouter.from_pretrained(out)
+    texts = [q.query for q in qs]
+    np.testing.assert_allclose(loaded.predict_proba(texts), kept.router.predict_proba(texts), atol=1e-5)
+    metrics = {"calibration": kept.calibration, "history": kept.history, "train_seconds": 1.0,
+               "n_train": kept.n_train, "n_val": kept.n_val, "val": kept.val_metrics, **kept.extra}
+    assert "the guard kept it" in model_card(kept.router, metrics, TrainConfig(**crippled))
+    off = train_router(tax, qs, None, TrainConfig(**{**crippled, "keep_probe": False}))
+    assert off.extra["selection"]["model"] == "lora"
+
+
+def test_thresholds_for_retrieval_keep_recall_at_global_and_are_stored(bbc_small, bbc_index, bbc_small_dir, tmp_path):
+    from masdr_router import SearchConfig, build_router
+    from masdr_router.training.run import run_training
+    from masdr_router.training.thresholds import best_threshold
+
+    # known answer: route the confident queries whose scoped search is right, never lose recall
+    conf = np.array([0.95, 0.8, 0.7, 0.4])
+    routed_p, routed_r = np.array([1.0, 1.0, 1.0, 0.0]), np.array([1.0, 1.0, 1.0, 0.0])
+    global_p, global_r = np.full(4, 0.6), np.array([1.0, 1.0, 0.0, 1.0])
+    fit = best_threshold(conf, routed_p, routed_r, global_p, global_r)
+    assert fit["threshold"] == pytest.approx(0.55) and fit["routed_rate"] == 0.75
+    assert fit["r_at_k"] >= fit["global_r_at_k"] and fit["p_at_k"] > fit["global_p_at_k"]
+
+    bbc_index.save(tmp_path / "idx")
+    cfg = TrainConfig(**{**FAST, "keep_probe": True})
+    metrics = run_training(taxonomy=bbc_small_dir / "taxonomy.yaml", train=bbc_small_dir / "train.jsonl",
+                           val=bbc_small_dir / "val.jsonl", out=tmp_path / "router", cfg=cfg, index=tmp_path / "idx",
+                           search=SearchConfig(global_head=1, global_in_scope=True))
+    fit = metrics["retrieval_thresholds"]
+    assert fit["router"]["r_at_k"] >= fit["router"]["global_r_at_k"]
+    assert fit["vote"]["r_at_k"] >= fit["vote"]["global_r_at_k"] and fit["vote"]["beta"] in (0.5, 1.0, 2.0)
+    assert fit["search"]["global_head"] == 1
+    router = LoraRouter.from_pretrained(tmp_path / "router")
+    assert router.threshold == pytest.approx(fit["router"]["threshold"])
+    assert router.meta["threshold_objective"] == "retrieval"
+    voted = build_router(f"{tmp_path / 'router'}+vote", index=bbc_index)
+    assert (voted.threshold, voted.beta) == (pytest.approx(fit["vote"]["threshold"]), fit["vote"]["beta"])
+    assert "chosen for retrieval" in (tmp_path / "router" / "README.md").read_text()

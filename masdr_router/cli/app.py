@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from . import answer, data, demo, evaluate, index, route, train
+from . import answer, data, demo, evaluate, index, route, synth, train
 from .common import err
 
 app = typer.Typer(help="Scope-first RAG: route a query to its organisational scope, search only there.",
@@ -26,6 +26,7 @@ app.add_typer(train.export_app, name="export")
 app.command("ask")(answer.ask)
 app.add_typer(answer.llm_app, name="llm")
 app.command("demo")(demo.demo)
+app.command("synth-queries")(synth.synth_queries)
 
 
 def _version(value: bool) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import out
+from .common import GlobalHead, GlobalInScope, Mode, SearchConfigFile, out, search_config
 from .report import print_router_reports
 
 export_app = typer.Typer(help="Export trained routers to other runtimes.", no_args_is_help=True)
@@ -25,20 +25,39 @@ def train(
                                                       "(repeatable; values are YAML: --set target_modules=[query])")]
     = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing artifact")] = False,
+    index: Annotated[Path | None, typer.Option(
+        help="the index the router will search: its threshold (and its +vote threshold and weight) are then "
+             "chosen for retrieval on held-out queries with relevant_ids (highest P@10 with R@10 >= global)")]
+    = None,
+    search_cfg: SearchConfigFile = None,
+    mode: Mode = None,
+    global_head: GlobalHead = None,
+    global_in_scope: GlobalInScope = None,
 ) -> None:
     """Train a LoRA router on a taxonomy, calibrate it, and export it as a self-contained artifact.
+    Small data (no --val, under cv_below queries) is cross-validated and refit on everything.
     A killed run resumes from its last epoch checkpoint (OUT.ckpt/) when started again."""
     from ..training.run import load_train_config, run_training
 
     cfg = load_train_config(config, set_)
+    search = search_config(search_cfg, mode=mode, global_head=global_head, global_in_scope=global_in_scope)
     metrics = run_training(taxonomy=taxonomy, train=train_file, out=out_dir, val=val, test=test, cfg=cfg,
-                           overwrite=overwrite)
+                           overwrite=overwrite, index=index, search=search)
     if not metrics:  # a non-main process of a distributed run
         return
+    from ..training.card import regime_line, selection_line
+
     cal = metrics["calibration"]
-    out.print(f"trained in {metrics['train_seconds']:.0f} s on {metrics['device']} "
-              f"({metrics['trainable_params']:,} trainable params); best epoch {metrics['val']['best_epoch']}; "
-              f"temperature {cal['temperature']:.2f}, threshold {cal['threshold']:.3f}")
+    out.print(f"trained in {metrics['train_seconds']:.0f} s on {metrics['device']}; regime {metrics['regime']}: "
+              f"{regime_line(metrics)}")
+    out.print(f"exported model: {selection_line(metrics)}; temperature {cal['temperature']:.2f}, classification "
+              f"threshold {cal['threshold']:.3f}")
+    fit = metrics.get("retrieval_thresholds") or {}
+    if fit:
+        r = fit["router"]
+        out.print(f"threshold chosen for retrieval on {fit['n_queries']} held-out queries: {r['threshold']:.3f} "
+                  f"(P@{fit['k']} {r['p_at_k']:.3f}, R@{fit['k']} {r['r_at_k']:.3f}; global {r['global_p_at_k']:.3f} / "
+                  f"{r['global_r_at_k']:.3f}); +vote: {fit['vote']['threshold']:.3f}, beta {fit['vote']['beta']:g}")
     ev = metrics.get("evaluation") or {}
     if ev:
         print_router_reports(out, {k: ev[k] for k in ("lora", "regex")}, title=f"router evaluation ({ev['split']})")

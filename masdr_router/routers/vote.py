@@ -35,6 +35,30 @@ class SearchIndex(Protocol):
                     weights: Sequence[Sequence[float] | None] | None = None) -> list[list[Hit]]: ...
 
 
+def vote_probabilities(probs: np.ndarray, hits: Sequence[Sequence[Hit]], names: Sequence[str], *,
+                       beta: float = 1.0, eps: float = 0.02) -> np.ndarray:
+    """``p(s) ∝ p_router(s) · (vote(s) + eps) ** beta``, the vote rank-weighted over each query's
+    global hits (a chunk in several scopes shares its vote). Rows without router scores are
+    decided by the vote alone.
+
+    >>> from types import SimpleNamespace as H
+    >>> vote_probabilities(np.array([[0.5, 0.5]]), [[H(scopes=("b",))]], ["a", "b"]).round(3)
+    array([[0.019, 0.981]])
+    """
+    p = np.asarray(probs, dtype=float)
+    p = np.where(p.sum(1, keepdims=True) > 0, p, 1.0)
+    p = p / p.sum(1, keepdims=True)
+    index = {s: i for i, s in enumerate(names)}
+    vote = np.zeros_like(p)
+    for i, row in enumerate(hits):
+        for rank, h in enumerate(row):
+            for s in h.scopes:
+                vote[i, index[s]] += 1.0 / ((rank + 1) * len(h.scopes))
+    vote /= np.maximum(vote.sum(1, keepdims=True), 1e-12)
+    c = p * (vote + eps) ** beta
+    return c / c.sum(1, keepdims=True)
+
+
 class RetrievalVoteRouter(Router):
     """Wrap ``base`` (any router with per-scope scores) with the scope vote of a global search.
 
@@ -47,11 +71,16 @@ class RetrievalVoteRouter(Router):
 
     name = "vote"
 
-    def __init__(self, base: Router, index: SearchIndex, *, k: int = 10, beta: float = 1.0, eps: float = 0.02,
-                 threshold: float | None = None, search: SearchConfig | None = None) -> None:
+    def __init__(self, base: Router, index: SearchIndex, *, k: int = 10, beta: float | None = None,
+                 eps: float = 0.02, threshold: float | None = None, search: SearchConfig | None = None) -> None:
         super().__init__(base.taxonomy)
-        self.base, self.index, self.k, self.beta, self.eps = base, index, k, beta, eps
-        self.threshold = threshold if threshold is not None else float(getattr(base, "threshold", 0.0))
+        # a trained router may carry a vote fitted for retrieval (`masdr train --index`)
+        fitted = (getattr(base, "meta", None) or {}).get("vote") or {}
+        self.base, self.index, self.k, self.eps = base, index, k, eps
+        self.beta = beta if beta is not None else float(fitted.get("beta", 1.0))
+        if threshold is None:
+            threshold = fitted.get("threshold", getattr(base, "threshold", 0.0))
+        self.threshold = float(threshold)
         self.search = search or SearchConfig()
         self.name = f"{base.name}+vote"
         self.max_llm_calls = base.max_llm_calls
@@ -61,16 +90,8 @@ class RetrievalVoteRouter(Router):
         names = self.taxonomy.names
         base = self.base.route_batch(queries)
         p = np.array([[d.scores.get(s, 0.0) for s in names] for d in base], dtype=float)
-        p = np.where(p.sum(1, keepdims=True) > 0, p, 1.0)  # no scores: the vote alone decides
-        p /= p.sum(1, keepdims=True)
-        vote = np.zeros_like(p)
-        for i, hits in enumerate(self.index.search_many(queries, [None] * len(queries), self.k, self.search)):
-            for rank, h in enumerate(hits):
-                for s in h.scopes:
-                    vote[i, names.index(s)] += 1.0 / ((rank + 1) * len(h.scopes))
-        vote /= np.maximum(vote.sum(1, keepdims=True), 1e-12)
-        c = p * (vote + self.eps) ** self.beta
-        return c / c.sum(1, keepdims=True), base
+        hits = self.index.search_many(queries, [None] * len(queries), self.k, self.search)
+        return vote_probabilities(p, hits, names, beta=self.beta, eps=self.eps), base
 
     def decide(self, probs: np.ndarray, base: RouteDecision) -> RouteDecision:
         """The decision for combined probabilities ``probs`` of one query at this threshold."""

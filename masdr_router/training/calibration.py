@@ -57,7 +57,7 @@ def choose_threshold(confidence: np.ndarray, correct: np.ndarray, *, target_accu
     on that share instead. Returns the threshold and what it gives on the data it was fitted on.
 
     >>> choose_threshold(np.array([.9, .8, .7, .6]), np.array([1, 1, 0, 1]), target_accuracy=1.0)[0]
-    0.8
+    0.75
     """
     confidence = np.asarray(confidence, dtype=float)
     correct = np.asarray(correct, dtype=bool)
@@ -73,10 +73,12 @@ def choose_threshold(confidence: np.ndarray, correct: np.ndarray, *, target_accu
             thr = 0.0
         else:
             m = ok[-1]
-            # Ties at the cut would let in answers the target excludes; go just above them.
-            thr = float(confidence[order[m]])
-            if np.any(confidence[order[m + 1:]] >= thr):
-                thr = float(np.nextafter(thr, 2.0))
+            cut, rest = float(confidence[order[m]]), confidence[order[m + 1:]]
+            # Ties at the cut would let in answers the target excludes: go just above them. Else
+            # halfway to the next confidence, not on a fitted query's own value, where a rounding
+            # difference (another runtime, a reload) would flip its decision.
+            tie = bool(np.any(rest >= cut))
+            thr = float(np.nextafter(cut, 2.0)) if tie else (cut + float(rest.max())) / 2
     answered = confidence >= thr
     stats = {"threshold": thr, "abstain_rate": float(1 - answered.mean()),
              "accuracy_when_answered": float(correct[answered].mean()) if answered.any() else float("nan")}

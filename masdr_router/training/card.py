@@ -30,11 +30,11 @@ def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) ->
         f"modules {', '.join(cfg.target_modules)}; {metrics.get('trainable_params', '?'):,} trainable of "
         f"{metrics.get('total_params', '?'):,} parameters",
         f"- taxonomy fingerprint `{router.taxonomy.fingerprint}`",
-        f"- trained on {metrics['n_train']} queries ({metrics['n_val']} for validation) for "
-        f"{len(metrics['history'])} epochs in {metrics['train_seconds']:.0f} s on {metrics.get('device', '?')}; "
-        f"best epoch {metrics['val']['best_epoch']}",
-        f"- temperature {cal['temperature']:.3f} (validation ECE {cal['val_ece_before']:.3f} -> "
-        f"{cal['val_ece_after']:.3f}); threshold for {cal['target_accuracy']:.0%} accuracy-when-answered",
+        f"- trained on {metrics['n_train']} queries in {metrics['train_seconds']:.0f} s on "
+        f"{metrics.get('device', '?')}; {regime_line(metrics)}",
+        f"- exported model: {selection_line(metrics)}",
+        f"- temperature {cal['temperature']:.3f} (held-out ECE {cal['val_ece_before']:.3f} -> "
+        f"{cal['val_ece_after']:.3f}); {_threshold_line(router, metrics)}",
         "",
     ]
     ev = metrics.get("evaluation") or {}
@@ -48,9 +48,48 @@ def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) ->
                          f"{_f(r['abstain_rate'])} | {_f(r['accuracy_when_answered'])} | {_f(r['ece'])} | "
                          f"{_f(r['latency_ms']['p50'])} |")
         lines += ["", "Accuracy and macro-F1 count abstentions as misses; top-1 ignores the threshold.", ""]
-    lines += ["## Per-epoch validation", "", "| epoch | train loss | val loss | val accuracy | val macro-F1 |",
-              "|---|---|---|---|---|"]
-    for h in metrics["history"]:
-        lines.append(f"| {h['epoch']} | {h['train_loss']:.4f} | {h['val_loss']:.4f} | {h['val_accuracy']:.4f} | "
-                     f"{h['val_macro_f1']:.4f} |")
+    history = metrics["history"]
+    cols = [c for c in ("train_loss", "val_loss", "val_accuracy", "val_macro_f1", "cv_accuracy", "cv_macro_f1")
+            if any(c in h for h in history)]
+    title = "cross-validated (out-of-fold)" if "cv_macro_f1" in cols else "validation"
+    lines += [f"## Per-epoch {title} scores", "", "| epoch | " + " | ".join(c.replace("_", " ") for c in cols) + " |",
+              "|---" * (len(cols) + 1) + "|"]
+    for h in history:
+        lines.append(f"| {h['epoch']} | " + " | ".join(f"{h[c]:.4f}" if c in h else "-" for c in cols) + " |")
     return "\n".join(lines) + "\n"
+
+
+def regime_line(metrics: dict[str, Any]) -> str:
+    sel = metrics.get("selection") or {}
+    if metrics.get("regime") == "cv":
+        return (f"{sel.get('folds', '?')}-fold cross-validation chose {metrics['val']['best_epoch'] or '-'} epochs "
+                f"(of {sel.get('epoch_budget', '?')}), then the model was refit on all queries "
+                f"({metrics.get('regime_reason', '')})")
+    return (f"early-stopped on a validation split of {metrics['n_val']} queries, best epoch "
+            f"{metrics['val']['best_epoch']} ({metrics.get('regime_reason', 'holdout')})")
+
+
+def selection_line(metrics: dict[str, Any]) -> str:
+    sel = metrics.get("selection") or {}
+    held = "out-of-fold" if metrics.get("regime") == "cv" else "validation"
+    lora = sel.get("lora_cv_macro_f1", sel.get("lora_val_macro_f1"))
+    probe = sel.get("probe_cv_macro_f1", sel.get("probe_val_macro_f1"))
+    if sel.get("model") == "probe":
+        return (f"the frozen-encoder probe (logistic regression, C={sel.get('probe_C')}): its {held} macro-F1 "
+                f"{_f(probe)} beat the LoRA model's {_f(lora)}, so the guard kept it")
+    return (f"LoRA fine-tuned from a probe-initialised head; {held} macro-F1 {_f(lora)} against the frozen "
+            f"probe's {_f(probe)}")
+
+
+def _threshold_line(router: LoraRouter, metrics: dict[str, Any]) -> str:
+    fit = metrics.get("retrieval_thresholds") or {}
+    cal = metrics["calibration"]
+    if not fit:
+        return (f"threshold {router.threshold:.3f} for {cal['target_accuracy']:.0%} accuracy-when-answered "
+                "(classification objective)")
+    r, v = fit["router"], fit["vote"]
+    return (f"threshold {r['threshold']:.3f} chosen for retrieval on {fit['n_queries']} held-out queries: P@{fit['k']} "
+            f"{r['p_at_k']:.3f} with R@{fit['k']} {r['r_at_k']:.3f} against global search's {r['global_p_at_k']:.3f} / "
+            f"{r['global_r_at_k']:.3f} (the classification threshold was {fit['classification_threshold']:.3f}); "
+            f"with the retrieval vote (`DIR+vote`): threshold {v['threshold']:.3f}, beta {v['beta']:g}, P@{fit['k']} "
+            f"{v['p_at_k']:.3f}, R@{fit['k']} {v['r_at_k']:.3f}")

@@ -30,8 +30,22 @@ class TrainConfig(ConfigBase):
     target_modules: list[str] = field(default_factory=lambda: ["query", "key", "value", "dense"],
                                       metadata={"help": "module names that get LoRA adapters"})
     head_dropout: float = 0.1
+    # regime: how the data is used
+    regime: Literal["auto", "holdout", "cv"] = field(default="auto", metadata={
+        "help": "'holdout': early-stop on a validation split; 'cv': choose the epoch count by k-fold "
+                "cross-validation, then refit on all the data; 'auto': cv below cv_below training queries "
+                "when no validation file is given, else holdout"})
+    cv_folds: int = field(default=3, metadata={"help": "folds for the cv regime"})
+    cv_below: int = field(default=1000, metadata={"help": "auto uses cv below this many training queries"})
+    head_init: Literal["probe", "random"] = field(default="probe", metadata={
+        "help": "'probe': start the head from a logistic-regression probe on frozen features (LP-FT)"})
+    keep_probe: bool = field(default=True, metadata={
+        "help": "export the frozen probe instead when it scores better on validation (recorded in the card)"})
     # optimisation
-    epochs: int = 12
+    epochs: int = field(default=12, metadata={"help": "epochs (the most, with early stopping or cv)"})
+    min_steps: int = field(default=200, metadata={
+        "help": "with little data, raise the epoch budget until training sees this many optimizer steps"})
+    max_epochs: int = field(default=60, metadata={"help": "cap on the raised epoch budget"})
     batch_size: int = 32
     learning_rate: float = field(default=1e-3, metadata={"help": "LoRA adapters and head"})
     weight_decay: float = 0.01
@@ -50,6 +64,10 @@ class TrainConfig(ConfigBase):
     target_accuracy: float = field(default=0.95, metadata={"help": "accuracy-when-answered the threshold aims at"})
     target_abstain_rate: float | None = field(default=None, metadata={
         "help": "if set, choose the threshold for this abstention rate instead of target_accuracy"})
+    threshold_objective: Literal["auto", "classification", "retrieval"] = field(default="auto", metadata={
+        "help": "'classification': the threshold reaching target_accuracy; 'retrieval': the one giving the "
+                "highest held-out P@10 with R@10 at least global search's (needs an index); 'auto': retrieval "
+                "when an index is given"})
     below_threshold: Literal["abstain", "top2"] = field(default="abstain", metadata={
         "help": "'abstain' or 'top2' below threshold"})
     # logging
@@ -61,7 +79,8 @@ class TrainConfig(ConfigBase):
 
     def validate(self) -> list[tuple[str, bool, str]]:
         positive = [(k, getattr(self, k) > 0, f"must be > 0, got {getattr(self, k)}")
-                    for k in ("epochs", "batch_size", "max_length", "lora_r", "lora_alpha", "learning_rate")]
+                    for k in ("epochs", "batch_size", "max_length", "lora_r", "lora_alpha", "learning_rate",
+                              "max_epochs", "cv_below")]
         unit = [(k, 0 <= getattr(self, k) < 1, f"must be in [0, 1), got {getattr(self, k)}")
                 for k in ("lora_dropout", "head_dropout", "warmup_ratio", "label_smoothing")]
         return [*positive, *unit,
@@ -73,4 +92,8 @@ class TrainConfig(ConfigBase):
                  f"must be in (0, 1], got {self.target_accuracy}"),
                 ("target_abstain_rate", self.target_abstain_rate is None or 0 <= self.target_abstain_rate < 1,
                  f"must be in [0, 1), got {self.target_abstain_rate}"),
-                ("target_modules", bool(self.target_modules), "must name at least one module")]
+                ("target_modules", bool(self.target_modules), "must name at least one module"),
+                ("cv_folds", self.cv_folds >= 2, f"must be >= 2, got {self.cv_folds}"),
+                ("min_steps", self.min_steps >= 0, f"must be >= 0, got {self.min_steps}"),
+                ("max_epochs", self.max_epochs >= self.epochs,
+                 f"must be >= epochs ({self.epochs}), got {self.max_epochs}")]

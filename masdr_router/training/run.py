@@ -7,11 +7,16 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..atomic import check_output
-from ..errors import ConfigError
+from ..config import SearchConfig
+from ..errors import ConfigError, UsageError
 from .config import TrainConfig
+
+if TYPE_CHECKING:
+    from ..retrieval.index import ScopedIndex
+    from .trainer import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +48,12 @@ def checkpoint_dir_for(out: Path) -> Path:
 
 
 def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, val: str | Path | None = None,
-                 test: str | Path | None = None, cfg: TrainConfig | None = None,
-                 overwrite: bool = False) -> dict[str, Any]:
+                 test: str | Path | None = None, cfg: TrainConfig | None = None, overwrite: bool = False,
+                 index: str | Path | None = None, search: SearchConfig | None = None) -> dict[str, Any]:
     """Read and validate the inputs, train (resuming ``OUT.ckpt/`` if a killed run left one),
-    evaluate on ``test`` (else ``val``) against the regex router, and export to ``out``. Returns the
-    metrics written into the artifact (empty on the non-main processes of a distributed run)."""
+    choose the thresholds for retrieval when an ``index`` is given, evaluate on ``test`` (else
+    ``val``) against the regex router, and export to ``out``. Returns the metrics written into the
+    artifact (empty on the non-main processes of a distributed run)."""
     from ..data import read_queries
     from ..evaluation.router import evaluate_router
     from ..routers.regex import RegexRouter
@@ -57,7 +63,14 @@ def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, va
 
     cfg = cfg or TrainConfig()
     out = check_output(out, overwrite=overwrite)
+    if cfg.threshold_objective == "retrieval" and index is None:
+        raise UsageError("threshold_objective 'retrieval' needs the index the router will search (--index)")
     tax = Taxonomy.from_yaml(taxonomy)
+    idx = None
+    if index is not None and cfg.threshold_objective != "classification":
+        from ..retrieval.index import ScopedIndex
+
+        idx = ScopedIndex.load(index, taxonomy=tax)  # before training: a wrong index fails fast
     train_q = read_queries(train, tax)
     val_q = read_queries(val, tax) if val else None
     test_q = read_queries(test, tax) if test else None
@@ -65,6 +78,7 @@ def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, va
     result = train_router(tax, train_q, val_q, cfg, checkpoint_dir=ckpt)
     if int(os.environ.get("RANK", "0")) != 0:  # under `accelerate launch`, one process exports
         return {}
+    thresholds = choose_retrieval_thresholds(result, idx, search) if idx is not None else {}
     eval_q = test_q or val_q
     evaluation: dict[str, Any] = {}
     if eval_q:
@@ -73,8 +87,33 @@ def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, va
                       "regex": evaluate_router(RegexRouter(tax), eval_q)}
     metrics = {"val": result.val_metrics, "calibration": result.calibration, "history": result.history,
                "train_seconds": round(result.train_seconds, 2), "n_train": result.n_train, "n_val": result.n_val,
-               "resumed_from_epoch": result.resumed_from_epoch, **result.extra, "evaluation": evaluation}
+               "resumed_from_epoch": result.resumed_from_epoch, **result.extra, "evaluation": evaluation,
+               "retrieval_thresholds": thresholds}
     card = model_card(result.router, metrics, cfg)
     result.router.save_pretrained(out, metrics=metrics, card=card, overwrite=overwrite)
     shutil.rmtree(ckpt, ignore_errors=True)
     return metrics
+
+
+def choose_retrieval_thresholds(result: TrainResult, index: ScopedIndex, search: SearchConfig | None) -> dict[str, Any]:
+    """Replace the trained router's classification threshold by the one best for retrieval on its
+    held-out queries, and store a vote threshold and weight for ``DIR+vote``; returns the fit
+    (empty, with the classification threshold kept, when no held-out query has relevant_ids)."""
+    from .thresholds import fit_retrieval_thresholds
+
+    queries, probs = result.held_out or ([], None)
+    fit = fit_retrieval_thresholds(index, queries, probs, search=search) if queries else {}
+    router = result.router
+    if not fit:
+        log.warning("no held-out query carries relevant_ids: R@10 cannot be measured, so the threshold stays "
+                    "the classification one")
+        return {}
+    fit["classification_threshold"] = router.threshold
+    router.threshold = fit["router"]["threshold"]
+    router.meta["threshold_objective"] = "retrieval"
+    router.meta["vote"] = {"threshold": fit["vote"]["threshold"], "beta": fit["vote"]["beta"]}
+    log.info("threshold for retrieval: %.3f (held-out P@10 %.3f, R@10 %.3f; global %.3f / %.3f); vote: %.3f, "
+             "beta %g", fit["router"]["threshold"], fit["router"]["p_at_k"], fit["router"]["r_at_k"],
+             fit["router"]["global_p_at_k"], fit["router"]["global_r_at_k"], fit["vote"]["threshold"],
+             fit["vote"]["beta"])
+    return fit

@@ -4,9 +4,21 @@ The same code runs on CPU, one GPU, or several GPUs under ``accelerate launch``.
 deterministic on CPU, early-stops on validation macro-F1, and checkpoints every epoch so a killed
 run resumes where it stopped (``{out}.ckpt/``, safetensors + JSON, no pickle).
 
-A run is a sequence of named steps: :func:`prepare_splits` -> :func:`build_run` (model, optimizer,
-encoded data) -> :func:`fit_epochs` -> :func:`calibrate` -> a :class:`LoraRouter`. Global switches
-(RNG seeds, deterministic kernels, progress bars, a peft warning filter) hold for the run only.
+Two regimes (``TrainConfig.regime``; ``auto`` picks by data size):
+
+- **holdout**: a validation split (given, or carved out of the training queries), early stopping
+  on its macro-F1, calibration on it. Enough when data is plentiful.
+- **cv**: with little data a 15 % validation split is a few dozen queries: its macro-F1 jumps
+  from epoch to epoch and early stopping picks noise, while the split's queries are lost to
+  training. So the epoch count is chosen by k-fold cross-validation (macro-F1 of the out-of-fold
+  predictions), the model is refit on *all* the queries for that many epochs, and the temperature
+  and threshold are fitted on the out-of-fold predictions.
+
+In both, the head starts from a logistic-regression probe on the frozen encoder (LP-FT), and the
+probe itself is exported instead when it validates better (``keep_probe``). A run is a sequence of
+named steps: :func:`check_labels`, :func:`build_run` (model, optimizer, encoded data),
+:func:`fit_epochs`, :func:`calibrate`. Global switches (RNG seeds, deterministic kernels, progress
+bars, a peft warning filter) hold for the run only.
 """
 
 from __future__ import annotations
@@ -35,6 +47,8 @@ if TYPE_CHECKING:
     import torch
 
     from ..routers.lora import LoraRouter
+    from ..routers.lora.model import RouterModel
+    from .probe import LinearProbe
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +65,9 @@ class TrainResult:
     resumed_from_epoch: int = 0
     best_epoch: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the held-out queries (a validation split, or every query out-of-fold) and the exported
+    #: model's calibrated probabilities for them: what thresholds for retrieval are fitted on
+    held_out: tuple[list[LabelledQuery], np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,22 +111,68 @@ def run_key(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQuery]
 
 
 # ---- step 1: data --------------------------------------------------------------------------------
-def prepare_splits(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequence[LabelledQuery] | None,
-                   cfg: TrainConfig) -> tuple[list[LabelledQuery], list[LabelledQuery]]:
-    """Check every label, and carve a stratified validation share out of ``train`` when no
-    validation queries are given."""
+def check_labels(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequence[LabelledQuery] | None) -> None:
+    """Every label is a scope of the taxonomy; scopes without training queries are reported."""
     for split, qs in (("train", train), ("val", val or [])):
         for i, q in enumerate(qs):
             if q.scope not in taxonomy:
                 raise ValidationError(taxonomy.unknown_scope_message(q.scope), path=f"<{split}>", line=i + 1,
                                       field="scope")
-    train, val = resolve_val(list(train), list(val) if val else None, cfg)
-    if len(train) < 2 or not val:
-        raise MasdrError(f"need at least 2 training and 1 validation queries, got {len(train)} and {len(val)}")
     unseen = [s for s in taxonomy.names if s not in {q.scope for q in train}]
     if unseen:
         log.warning("no training queries for scope(s) %s: the router will never predict them", unseen)
+
+
+def choose_regime(cfg: TrainConfig, n_train: int, has_val: bool) -> tuple[str, str]:
+    """``(regime, why)``."""
+    if cfg.regime != "auto":
+        return cfg.regime, "set in the config"
+    if has_val:
+        return "holdout", "a validation file was given"
+    if n_train < cfg.cv_below:
+        return "cv", f"{n_train} training queries < cv_below={cfg.cv_below}"
+    return "holdout", f"{n_train} training queries >= cv_below={cfg.cv_below}"
+
+
+def prepare_splits(train: Sequence[LabelledQuery], val: Sequence[LabelledQuery] | None,
+                   cfg: TrainConfig) -> tuple[list[LabelledQuery], list[LabelledQuery]]:
+    """The holdout regime's splits: ``val`` as given, else a stratified share of ``train``."""
+    train, val = resolve_val(list(train), list(val) if val else None, cfg)
+    if len(train) < 2 or not val:
+        raise MasdrError(f"need at least 2 training and 1 validation queries, got {len(train)} and {len(val)}")
     return train, val
+
+
+def kfold(queries: Sequence[LabelledQuery], k: int, seed: int) -> list[np.ndarray]:
+    """Stratified fold assignment: each scope's queries, shuffled, dealt round-robin into ``k``
+    folds (a fold index per query), so every fold sees every scope that has ``k`` queries.
+
+    >>> qs = [LabelledQuery(f"q{i}", "ab"[i % 2]) for i in range(10)]
+    >>> [len(f) for f in kfold(qs, 3, seed=0)]
+    [4, 3, 3]
+    """
+    rng = np.random.default_rng(seed)
+    folds: list[list[int]] = [[] for _ in range(k)]
+    offset = 0
+    for scope in sorted({q.scope for q in queries}):
+        idx = [i for i, q in enumerate(queries) if q.scope == scope]
+        rng.shuffle(idx)
+        for j, i in enumerate(idx):
+            folds[(j + offset) % k].append(i)
+        offset += len(idx)  # the next scope starts where this one stopped: folds stay balanced in size
+    return [np.array(sorted(f), dtype=int) for f in folds]
+
+
+def epoch_budget(cfg: TrainConfig, n_train: int) -> int:
+    """``cfg.epochs``, raised for small data until training sees ``cfg.min_steps`` optimizer steps
+    (at most ``cfg.max_epochs``): 40 queries make 2 steps an epoch, and 12 epochs of them barely
+    move a head.
+
+    >>> epoch_budget(TrainConfig(), 1441), epoch_budget(TrainConfig(), 320), epoch_budget(TrainConfig(), 40)
+    (12, 20, 60)
+    """
+    steps = math.ceil(n_train / cfg.batch_size)
+    return min(max(cfg.epochs, math.ceil(cfg.min_steps / max(steps, 1))), cfg.max_epochs)
 
 
 def resolve_val(train: list[LabelledQuery], val: list[LabelledQuery] | None,
@@ -125,7 +188,7 @@ def resolve_val(train: list[LabelledQuery], val: list[LabelledQuery] | None,
 # ---- step 2: model, optimizer, encoded data --------------------------------------------------------
 @dataclass
 class Run:
-    """Everything one training run works with."""
+    """Everything one training run (a fold, the refit, or the holdout run) works with."""
 
     cfg: TrainConfig
     labels: list[str]
@@ -133,13 +196,14 @@ class Run:
     mixed_precision: str
     accelerator: Any
     model: Any  # prepared by accelerate (DDP-wrapped under several processes)
-    unwrapped: Any  # the RouterModel itself
+    unwrapped: RouterModel
     tokenizer: Any
     optimizer: Any
     loss_fn: Any
     train: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # input ids, attention mask, labels
-    val: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    val: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
     key: str
+    epochs: int
     n_trainable: int
     n_total: int
 
@@ -152,11 +216,13 @@ class Run:
         import torch
 
         self.model.eval()
-        outs = []
+        outs = [torch.zeros((0, len(self.labels)))]
         with torch.inference_mode(), self.accelerator.autocast():
             for i in range(0, len(ids), 256):
-                outs.append(self.model(ids[i:i + 256].to(self.accelerator.device),
-                                       mask[i:i + 256].to(self.accelerator.device)).float().cpu())
+                m = mask[i:i + 256]
+                width = int(m.sum(1).max())  # queries are padded to max_length; most of it is padding
+                outs.append(self.model(ids[i:i + 256, :width].to(self.accelerator.device),
+                                       m[:, :width].to(self.accelerator.device)).float().cpu())
         return torch.cat(outs).numpy()
 
 
@@ -173,38 +239,64 @@ def resolve_precision(cfg: TrainConfig) -> tuple[str, str]:
     return device, mp
 
 
-def build_run(taxonomy: Taxonomy, train: list[LabelledQuery], val: list[LabelledQuery], cfg: TrainConfig) -> Run:
-    """Tokenise the data, build encoder + LoRA + head, the optimizer and the loss (seed first)."""
+@dataclass
+class Encoded:
+    """The training queries tokenised once, with their labels and frozen-encoder features."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    y: torch.Tensor
+    features: np.ndarray  # pooled frozen-encoder features (the probe's input)
+
+    def take(self, rows: np.ndarray) -> Encoded:
+        import torch
+
+        t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        return Encoded(self.ids[t], self.mask[t], self.y[t], self.features[rows])
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.ids, self.mask, self.y
+
+
+def encode(cfg: TrainConfig, labels: list[str], queries: Sequence[LabelledQuery], tokenizer: Any,
+           encoder: Any) -> Encoded:
+    """Tokenise ``queries`` and compute the frozen ``encoder``'s pooled features for the probe."""
+    import torch
+
+    from .probe import pooled_features
+
+    texts = [q.query for q in queries]
+    enc = tokenizer(texts, padding="max_length", truncation=True, max_length=cfg.max_length, return_tensors="pt")
+    feats = pooled_features(encoder, tokenizer, texts, max_length=cfg.max_length, pooling=cfg.pooling)
+    return Encoded(enc["input_ids"], enc["attention_mask"], torch.tensor([labels.index(q.scope) for q in queries]),
+                   feats)
+
+
+def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: Any, train: Encoded,
+              val: Encoded | None, *, key: str, epochs: int, head_init: LinearProbe | None = None) -> Run:
+    """Encoder + fresh LoRA adapters + head (the probe's weights with ``head_init``), optimizer and
+    loss (seed first)."""
     import torch
     from accelerate import Accelerator
-    from transformers import AutoTokenizer
 
-    from ..retrieval.embedder import resolve_encoder_path
     from .model import build_lora_model
 
-    labels = taxonomy.names
     device, mp = resolve_precision(cfg)
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision=mp)
-    base_path = resolve_encoder_path(cfg.base_model)
-    tokenizer = AutoTokenizer.from_pretrained(base_path)
     model = build_lora_model(base_path, len(labels), pooling=cfg.pooling, head_dropout=cfg.head_dropout,
                              lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                              target_modules=cfg.target_modules)
+    if head_init is not None:
+        with torch.no_grad():
+            model.head.weight.copy_(torch.from_numpy(head_init.weight))
+            model.head.bias.copy_(torch.from_numpy(head_init.bias))
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     n_total = sum(p.numel() for p in model.parameters())
-
-    def encode(qs: Sequence[LabelledQuery]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        enc = tokenizer([q.query for q in qs], padding="max_length", truncation=True, max_length=cfg.max_length,
-                        return_tensors="pt")
-        return enc["input_ids"], enc["attention_mask"], torch.tensor([labels.index(q.scope) for q in qs])
-
-    train_t, val_t = encode(train), encode(val)
     class_weight = None
     if cfg.class_weighting == "balanced":
-        counts = np.bincount(train_t[2].numpy(), minlength=len(labels)).astype(float)
-        w = np.where(counts > 0, len(train) / (len(labels) * np.maximum(counts, 1)), 0.0)
+        counts = np.bincount(train.y.numpy(), minlength=len(labels)).astype(float)
+        w = np.where(counts > 0, len(train.y) / (len(labels) * np.maximum(counts, 1)), 0.0)
         class_weight = torch.tensor(w, dtype=torch.float32)
-
     decay, no_decay = [], []
     for n, p in model.named_parameters():
         if p.requires_grad:
@@ -217,8 +309,8 @@ def build_run(taxonomy: Taxonomy, train: list[LabelledQuery], val: list[Labelled
         label_smoothing=cfg.label_smoothing)
     return Run(cfg=cfg, labels=labels, device=device, mixed_precision=mp, accelerator=accelerator, model=prepared,
                unwrapped=accelerator.unwrap_model(prepared), tokenizer=tokenizer, optimizer=optimizer,
-               loss_fn=loss_fn, train=train_t, val=val_t, key=run_key(cfg, taxonomy, train, val),
-               n_trainable=n_trainable, n_total=n_total)
+               loss_fn=loss_fn, train=train.tensors(), val=val.tensors() if val is not None else None, key=key,
+               epochs=epochs, n_trainable=n_trainable, n_total=n_total)
 
 
 # ---- step 3: epochs, early stopping, checkpoints ---------------------------------------------------
@@ -235,6 +327,7 @@ class FitState:
     resumed_from_epoch: int = 0
     stopped_early: bool = False
     seconds: float = 0.0
+    val_logits: list[np.ndarray] = field(default_factory=list)  # per epoch, when asked to keep them
 
 
 def resume(run: Run, checkpoint_dir: Path | None) -> FitState:
@@ -262,7 +355,7 @@ def train_one_epoch(run: Run, epoch: int) -> float:
     cfg, acc = run.cfg, run.accelerator
     world, rank = acc.num_processes, acc.process_index
     steps = run.steps_per_epoch
-    total_steps = steps * cfg.epochs
+    total_steps = steps * run.epochs
     warmup = max(1, int(cfg.warmup_ratio * total_steps))
     n = len(run.train[2])
     run.model.train()
@@ -270,7 +363,7 @@ def train_one_epoch(run: Run, epoch: int) -> float:
     g = torch.Generator().manual_seed(cfg.seed * 7919 + epoch)
     perm = torch.randperm(n, generator=g)[: (n // world) * world][rank::world]
     total_loss, n_seen = 0.0, 0
-    with progress_bar(f"epoch {epoch + 1}/{cfg.epochs}", steps, enabled=cfg.progress and acc.is_main_process) as bar:
+    with progress_bar(f"epoch {epoch + 1}/{run.epochs}", steps, enabled=cfg.progress and acc.is_main_process) as bar:
         for b in range(steps):
             idx = perm[b * cfg.batch_size:(b + 1) * cfg.batch_size]
             for group in run.optimizer.param_groups:
@@ -288,39 +381,53 @@ def train_one_epoch(run: Run, epoch: int) -> float:
     return total_loss / max(n_seen, 1)
 
 
-def validate(run: Run) -> dict[str, float]:
+def validate(run: Run) -> tuple[dict[str, float], np.ndarray]:
+    """Validation loss, accuracy and macro-F1, and the logits they came from."""
     import torch
 
+    if run.val is None:
+        raise MasdrError("internal: validate() needs a validation split")
     logits = run.predict_logits(run.val[0], run.val[1])
     pred, true = logits.argmax(1), run.val[2].numpy()
     return {"val_loss": float(torch.nn.functional.cross_entropy(torch.from_numpy(logits), run.val[2])),
-            "val_accuracy": float((pred == true).mean()), "val_macro_f1": macro_f1(true, pred, len(run.labels))}
+            "val_accuracy": float((pred == true).mean()),
+            "val_macro_f1": macro_f1(true, pred, len(run.labels))}, logits
 
 
-def fit_epochs(run: Run, state: FitState, *, tracker: Tracker, checkpoint_dir: Path | None = None,
-               on_epoch_end: EpochCallback | None = None) -> FitState:
-    """Train from ``state.epoch`` until ``cfg.epochs`` or early stopping; keeps the best epoch's
-    weights in ``state.best`` and checkpoints after every epoch."""
+def fit_epochs(run: Run, state: FitState, *, tracker: Tracker | None = None, checkpoint_dir: Path | None = None,
+               on_epoch_end: EpochCallback | None = None, patience: int | None = None,
+               keep_val_logits: bool = False) -> FitState:
+    """Train from ``state.epoch`` to ``run.epochs`` (or until ``patience`` epochs bring no
+    validation gain); with a validation split, keep the best epoch's weights in ``state.best``;
+    checkpoint after every epoch."""
     from .checkpoint import save_checkpoint
     from .model import trainable_state
 
-    cfg, acc = run.cfg, run.accelerator
+    acc = run.accelerator
     t0 = time.perf_counter()
-    for epoch in range(state.epoch, cfg.epochs):
+    for epoch in range(state.epoch, run.epochs):
         train_loss = train_one_epoch(run, epoch)
-        row = {"epoch": epoch + 1, "train_loss": train_loss, **validate(run),
-               "lr": run.optimizer.param_groups[0]["lr"], "seconds": time.perf_counter() - t0}
+        row: dict[str, float] = {"epoch": epoch + 1, "train_loss": train_loss}
+        if run.val is not None:
+            metrics, logits = validate(run)
+            row.update(metrics)
+            if keep_val_logits:
+                state.val_logits.append(logits)
+        row.update(lr=run.optimizer.param_groups[0]["lr"], seconds=time.perf_counter() - t0)
         state.history.append(row)
         state.epoch = epoch + 1
-        tracker.log(row)
-        if cfg.progress and acc.is_main_process:
+        if tracker is not None:
+            tracker.log(row)
+        if run.cfg.progress and acc.is_main_process and run.val is not None:
             log.info("epoch %d: train loss %.4f  val loss %.4f  val acc %.4f  val macro-F1 %.4f", epoch + 1,
                      train_loss, row["val_loss"], row["val_accuracy"], row["val_macro_f1"])
-        if row["val_macro_f1"] > state.best_f1 + 1e-6:
+        if run.val is not None and row["val_macro_f1"] > state.best_f1 + 1e-6:
             state.best_f1, state.best_epoch, state.bad_epochs = row["val_macro_f1"], epoch + 1, 0
             state.best = trainable_state(run.unwrapped)
-        else:
+        elif run.val is not None:
             state.bad_epochs += 1
+        else:
+            state.best_epoch = epoch + 1
         if checkpoint_dir is not None and acc.is_main_process:
             save_checkpoint(checkpoint_dir, run.key, epoch=epoch + 1, trainable=trainable_state(run.unwrapped),
                             best=state.best, optimizer=run.optimizer.state_dict(), history=state.history,
@@ -328,7 +435,7 @@ def fit_epochs(run: Run, state: FitState, *, tracker: Tracker, checkpoint_dir: P
         acc.wait_for_everyone()
         if on_epoch_end is not None:
             on_epoch_end(EpochEnd(epoch + 1, row, checkpoint_dir))
-        if state.bad_epochs >= cfg.early_stopping_patience:
+        if patience is not None and state.bad_epochs >= patience:
             state.stopped_early = True
             break
     state.seconds = time.perf_counter() - t0
@@ -336,31 +443,20 @@ def fit_epochs(run: Run, state: FitState, *, tracker: Tracker, checkpoint_dir: P
 
 
 # ---- step 4: calibration ---------------------------------------------------------------------------
-def calibrate(run: Run, state: FitState) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Temperature and abstention threshold on the validation data, with the best epoch's weights
-    loaded: ``(calibration, val_metrics)``."""
+def calibrate(cfg: TrainConfig, logits: np.ndarray, true: np.ndarray) -> dict[str, Any]:
+    """Temperature and abstention threshold fitted on held-out ``logits`` (a validation split, or
+    out-of-fold predictions)."""
     from .calibration import choose_threshold, expected_calibration_error, fit_temperature, softmax
-    from .model import load_trainable_state
 
-    cfg = run.cfg
-    if state.best is not None:
-        load_trainable_state(run.unwrapped, state.best)
-    logits = run.predict_logits(run.val[0], run.val[1])
-    true = run.val[2].numpy()
     temperature = fit_temperature(logits, true)
     probs = softmax(logits, temperature)
-    conf, pred = probs.max(1), probs.argmax(1)
-    correct = pred == true
-    _, thr_stats = choose_threshold(conf, correct, target_accuracy=cfg.target_accuracy,
+    correct = probs.argmax(1) == true
+    _, thr_stats = choose_threshold(probs.max(1), correct, target_accuracy=cfg.target_accuracy,
                                     target_abstain_rate=cfg.target_abstain_rate)
-    calibration = {"temperature": temperature, **thr_stats, "target_accuracy": cfg.target_accuracy,
-                   "target_abstain_rate": cfg.target_abstain_rate,
-                   "val_ece_before": expected_calibration_error(softmax(logits).max(1), correct),
-                   "val_ece_after": expected_calibration_error(conf, correct)}
-    val_metrics = {"accuracy": float(correct.mean()), "macro_f1": macro_f1(true, pred, len(run.labels)),
-                   "best_epoch": state.best_epoch, "epochs_run": len(state.history),
-                   "stopped_early": state.stopped_early}
-    return calibration, val_metrics
+    return {"temperature": temperature, **thr_stats, "target_accuracy": cfg.target_accuracy,
+            "target_abstain_rate": cfg.target_abstain_rate,
+            "val_ece_before": expected_calibration_error(softmax(logits).max(1), correct),
+            "val_ece_after": expected_calibration_error(probs.max(1), correct)}
 
 
 # ---- the whole run ---------------------------------------------------------------------------------
@@ -379,47 +475,224 @@ def run_scope(cfg: TrainConfig, device: str) -> Any:
         yield
 
 
+@dataclass
+class Fitted:
+    """What a regime produced: the model to export and how it was chosen."""
+
+    model: RouterModel
+    calibration: dict[str, Any]
+    val_metrics: dict[str, Any]
+    history: list[dict[str, float]]
+    seconds: float
+    n_train: int
+    n_val: int
+    selection: dict[str, Any]
+    held_out: tuple[list[LabelledQuery], np.ndarray]  # queries and their held-out logits
+    resumed_from_epoch: int = 0
+    run: Run | None = None
+
+
 def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequence[LabelledQuery] | None = None,
                  cfg: TrainConfig | None = None, *, checkpoint_dir: str | Path | None = None,
                  on_epoch_end: EpochCallback | None = None) -> TrainResult:
-    """Train, early-stop, calibrate; return a :class:`LoraRouter` ready to save.
+    """Train, choose the model, calibrate; return a :class:`LoraRouter` ready to save.
 
     ``on_epoch_end`` is called after each epoch's checkpoint is written (raise in it to stop).
 
     >>> result = train_router(tax, read_queries("train.jsonl", tax))        # doctest: +SKIP
     >>> result.router.save_pretrained("checkpoints/my-router")              # doctest: +SKIP
     """
+    from transformers import AutoModel, AutoTokenizer
+
+    from ..retrieval.embedder import resolve_encoder_path
     from ..routers.lora import LoraRouter
 
     cfg = cfg or TrainConfig()
-    train_q, val_q = prepare_splits(taxonomy, train, val, cfg)
+    check_labels(taxonomy, train, val)
+    regime, why = choose_regime(cfg, len(train), bool(val))
+    log.info("training regime: %s (%s)", regime, why)
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    device, _ = resolve_precision(cfg)
+    device, mixed_precision = resolve_precision(cfg)
+    labels = taxonomy.names
     with run_scope(cfg, device):
-        run = build_run(taxonomy, train_q, val_q, cfg)
-        state = resume(run, ckpt)
-        tracker = Tracker(cfg, run.accelerator.is_main_process, run.key, extra={
-            "n_train": len(train_q), "n_val": len(val_q), "trainable_params": run.n_trainable,
-            "total_params": run.n_total, "labels": run.labels, "device": run.device,
-            "mixed_precision": run.mixed_precision, "world_size": run.accelerator.num_processes})
+        base_path = resolve_encoder_path(cfg.base_model)
+        tokenizer = AutoTokenizer.from_pretrained(base_path)
+        frozen = AutoModel.from_pretrained(base_path).to(device).eval()
+        tracker = Tracker(cfg, _is_main_process(), run_key(cfg, taxonomy, train, val or []), extra={
+            "labels": labels, "device": device, "mixed_precision": mixed_precision, "regime": regime})
         try:
-            fit_epochs(run, state, tracker=tracker, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end)
-            calibration, val_metrics = calibrate(run, state)
-            tracker.summary({**{f"val/{k}": v for k, v in val_metrics.items() if not isinstance(v, bool)},
-                             **{f"calibration/{k}": v for k, v in calibration.items() if v is not None}})
+            if regime == "cv":
+                fitted = _fit_cv(cfg, taxonomy, list(train), base_path, tokenizer, frozen, tracker, ckpt,
+                                 on_epoch_end)
+            else:
+                fitted = _fit_holdout(cfg, taxonomy, train, val, base_path, tokenizer, frozen, tracker, ckpt,
+                                      on_epoch_end)
+            tracker.summary({**{f"val/{k}": v for k, v in fitted.val_metrics.items() if isinstance(v, int | float)
+                                and not isinstance(v, bool)},
+                             **{f"calibration/{k}": v for k, v in fitted.calibration.items() if v is not None}})
         finally:
             tracker.finish()
-    run.unwrapped.eval()
+    fitted.model.eval()
+    n_trainable = sum(p.numel() for p in fitted.model.parameters() if p.requires_grad)
+    n_total = sum(p.numel() for p in fitted.model.parameters())
+    key = fitted.run.key if fitted.run is not None else run_key(cfg, taxonomy, train, val or [])
     meta = {"base_model": cfg.base_model,
             "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "dropout": cfg.lora_dropout,
                      "target_modules": list(cfg.target_modules)},
-            "train": {"config": cfg.to_dict(), "run_key": run.key, "n_train": len(train_q), "n_val": len(val_q),
-                      "trainable_params": run.n_trainable, "total_params": run.n_total}}
-    router = LoraRouter(taxonomy, run.unwrapped, run.tokenizer, temperature=calibration["temperature"],
-                        threshold=calibration["threshold"], below_threshold=cfg.below_threshold,
-                        max_length=cfg.max_length, meta=meta, device=str(run.accelerator.device))
-    return TrainResult(router=router, history=state.history, val_metrics=val_metrics, calibration=calibration,
-                       train_seconds=state.seconds, n_train=len(train_q), n_val=len(val_q),
-                       resumed_from_epoch=state.resumed_from_epoch, best_epoch=state.best_epoch,
-                       extra={"trainable_params": run.n_trainable, "total_params": run.n_total, "device": run.device,
-                              "mixed_precision": run.mixed_precision, "wandb_dir": tracker.run_dir})
+            "train": {"config": cfg.to_dict(), "run_key": key, "n_train": fitted.n_train, "n_val": fitted.n_val,
+                      "trainable_params": n_trainable, "total_params": n_total, "regime": regime,
+                      "regime_reason": why, "selection": fitted.selection}}
+    router = LoraRouter(taxonomy, fitted.model, tokenizer, temperature=fitted.calibration["temperature"],
+                        threshold=fitted.calibration["threshold"], below_threshold=cfg.below_threshold,
+                        max_length=cfg.max_length, meta=meta, device=device)
+    from .calibration import softmax
+
+    held_queries, held_logits = fitted.held_out
+    return TrainResult(router=router, history=fitted.history, val_metrics=fitted.val_metrics,
+                       calibration=fitted.calibration, train_seconds=fitted.seconds, n_train=fitted.n_train,
+                       n_val=fitted.n_val, resumed_from_epoch=fitted.resumed_from_epoch,
+                       held_out=(held_queries, softmax(held_logits, fitted.calibration["temperature"])),
+                       best_epoch=fitted.val_metrics["best_epoch"],
+                       extra={"trainable_params": n_trainable, "total_params": n_total, "device": device,
+                              "mixed_precision": mixed_precision, "wandb_dir": tracker.run_dir, "regime": regime,
+                              "regime_reason": why, "selection": fitted.selection})
+
+
+def _is_main_process() -> bool:
+    import os
+
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def probe_model(frozen: Any, probe: LinearProbe, n_labels: int, pooling: str) -> RouterModel:
+    """The frozen encoder with the probe as its head: what the guard exports when the probe wins."""
+    import copy
+
+    import torch
+
+    from ..routers.lora.model import RouterModel
+
+    model = RouterModel(copy.deepcopy(frozen), n_labels, pooling=pooling, head_dropout=0.0)
+    with torch.no_grad():
+        model.head.weight.copy_(torch.from_numpy(probe.weight))
+        model.head.bias.copy_(torch.from_numpy(probe.bias))
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def _guard(cfg: TrainConfig, lora_f1: float, probe_f1: float) -> bool:
+    """Whether the probe replaces the fine-tuned model (strictly better on held-out data)."""
+    return cfg.keep_probe and probe_f1 > lora_f1 + 1e-9
+
+
+def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQuery],
+                 val: Sequence[LabelledQuery] | None, base_path: str, tokenizer: Any, frozen: Any,
+                 tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None) -> Fitted:
+    from .model import load_trainable_state
+    from .probe import fit_probe
+
+    labels = taxonomy.names
+    train_q, val_q = prepare_splits(train, val, cfg)
+    tr, va = encode(cfg, labels, train_q, tokenizer, frozen), encode(cfg, labels, val_q, tokenizer, frozen)
+    probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
+                      seed=cfg.seed)
+    run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=run_key(cfg, taxonomy, train_q, val_q),
+                    epochs=epoch_budget(cfg, len(train_q)), head_init=probe if cfg.head_init == "probe" else None)
+    state = resume(run, ckpt)
+    fit_epochs(run, state, tracker=tracker, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end,
+               patience=cfg.early_stopping_patience)
+    if state.best is not None:
+        load_trainable_state(run.unwrapped, state.best)
+    true = va.y.numpy()
+    lora_logits = run.predict_logits(va.ids, va.mask)
+    probe_logits = probe.logits(va.features)
+    lora_f1 = macro_f1(true, lora_logits.argmax(1), len(labels))
+    probe_f1 = macro_f1(true, probe_logits.argmax(1), len(labels))
+    use_probe = _guard(cfg, lora_f1, probe_f1)
+    logits = probe_logits if use_probe else lora_logits
+    model = probe_model(frozen, probe, len(labels), cfg.pooling) if use_probe else run.unwrapped
+    calibration = calibrate(cfg, logits, true)
+    pred = logits.argmax(1)
+    val_metrics = {"accuracy": float((pred == true).mean()), "macro_f1": macro_f1(true, pred, len(labels)),
+                   "best_epoch": 0 if use_probe else state.best_epoch, "epochs_run": len(state.history),
+                   "stopped_early": state.stopped_early}
+    selection = {"model": "probe" if use_probe else "lora", "lora_val_macro_f1": lora_f1,
+                 "probe_val_macro_f1": probe_f1, "probe_C": probe.C, "epoch_budget": run.epochs}
+    return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=state.history,
+                  seconds=state.seconds, n_train=len(train_q), n_val=len(val_q), selection=selection,
+                  held_out=(val_q, logits), resumed_from_epoch=state.resumed_from_epoch, run=run)
+
+
+def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], base_path: str, tokenizer: Any,
+            frozen: Any, tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None) -> Fitted:
+    """k folds -> per-epoch out-of-fold macro-F1 -> best epoch count -> refit on everything."""
+    from .probe import fit_probe
+
+    labels = taxonomy.names
+    if len(train) < cfg.cv_folds:
+        raise MasdrError(f"need at least {cfg.cv_folds} training queries for {cfg.cv_folds}-fold "
+                         f"cross-validation, got {len(train)}")
+    t0 = time.perf_counter()
+    data = encode(cfg, labels, train, tokenizer, frozen)
+    true = data.y.numpy()
+    balanced = cfg.class_weighting == "balanced"
+    folds = kfold(train, cfg.cv_folds, cfg.seed)
+    # every fold trains on (k-1)/k of the data: the same epoch budget as the refit, so an epoch
+    # count chosen on the folds means the same amount of training for the final model
+    epochs = epoch_budget(cfg, len(train))
+    oof = np.zeros((epochs, len(train), len(labels)), dtype=np.float32)  # per epoch, out-of-fold logits
+    probe_oof = np.zeros((len(train), len(labels)), dtype=np.float32)
+    fold_rows = []
+    # Every fold trains the whole budget: stopping on a few dozen held-out queries picks noise (a
+    # first fold stopped at its own plateau chose 5 epochs where 12 were right, BBC at 8 per scope).
+    for i, val_rows in enumerate(folds):
+        train_rows = np.setdiff1d(np.arange(len(train)), val_rows)
+        tr, va = data.take(train_rows), data.take(val_rows)
+        probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=balanced, seed=cfg.seed)
+        probe_oof[val_rows] = probe.logits(va.features)
+        log.info("cross-validation fold %d/%d: %d training, %d held-out queries", i + 1, len(folds),
+                 len(train_rows), len(val_rows))
+        run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=f"fold{i}", epochs=epochs,
+                        head_init=probe if cfg.head_init == "probe" else None)
+        state = fit_epochs(run, FitState(), keep_val_logits=True)
+        for e, logits in enumerate(state.val_logits):
+            oof[e, val_rows] = logits
+        fold_rows.append([h["val_macro_f1"] for h in state.history])
+    cv_f1 = [macro_f1(true, oof[e].argmax(1), len(labels)) for e in range(epochs)]
+    cv_acc = [float((oof[e].argmax(1) == true).mean()) for e in range(epochs)]
+    best = int(np.argmax(cv_f1))  # the first of equal scores: fewer epochs
+    probe_f1 = macro_f1(true, probe_oof.argmax(1), len(labels))
+    use_probe = _guard(cfg, cv_f1[best], probe_f1)
+    history = [{"epoch": e + 1, "cv_macro_f1": cv_f1[e], "cv_accuracy": cv_acc[e]} for e in range(epochs)]
+    for row in history:
+        tracker.log(row)
+    log.info("cross-validation: best %d epochs (out-of-fold macro-F1 %.4f); frozen probe %.4f -> %s",
+             best + 1, cv_f1[best], probe_f1, "probe" if use_probe else "LoRA, refit on all queries")
+    final_probe = fit_probe(data.features, true, len(labels), balanced=balanced, seed=cfg.seed)
+    run = None
+    if use_probe:
+        model = probe_model(frozen, final_probe, len(labels), cfg.pooling)
+        logits = probe_oof
+    else:
+        run = build_run(cfg, labels, base_path, tokenizer, data, None,
+                        key=run_key(cfg, taxonomy, train, []) + f"-refit{best + 1}", epochs=best + 1,
+                        head_init=final_probe if cfg.head_init == "probe" else None)
+        state = resume(run, ckpt)
+        fit_epochs(run, state, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end)
+        for row, fitted_row in zip(history, state.history):
+            row["train_loss"] = fitted_row["train_loss"]
+        model = run.unwrapped
+        logits = oof[best]
+    calibration = calibrate(cfg, logits, true)
+    pred = logits.argmax(1)
+    val_metrics = {"accuracy": float((pred == true).mean()), "macro_f1": macro_f1(true, pred, len(labels)),
+                   "best_epoch": 0 if use_probe else best + 1, "epochs_run": epochs, "stopped_early": False,
+                   "held_out": f"{cfg.cv_folds}-fold out-of-fold predictions"}
+    selection = {"model": "probe" if use_probe else "lora", "lora_cv_macro_f1": cv_f1[best],
+                 "probe_cv_macro_f1": probe_f1, "probe_C": final_probe.C, "epoch_budget": epochs,
+                 "folds": cfg.cv_folds, "fold_val_macro_f1": fold_rows}
+    return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=history,
+                  seconds=time.perf_counter() - t0, n_train=len(train), n_val=0, selection=selection,
+                  held_out=(train, logits),
+                  resumed_from_epoch=state.resumed_from_epoch if run is not None else 0, run=run)

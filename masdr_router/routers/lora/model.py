@@ -25,11 +25,16 @@ class RouterModel(nn.Module):
         self.dropout = nn.Dropout(head_dropout)
         self.head = nn.Linear(hidden, n_labels)
 
-    def pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if self.pooling == "cls":
+    @staticmethod
+    def pool_hidden(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
+        """Mean over the attended tokens, or the first ([CLS]) token."""
+        if pooling == "cls":
             return hidden[:, 0]
         m = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+    def pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.pool_hidden(hidden, mask, self.pooling)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any) -> torch.Tensor:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state

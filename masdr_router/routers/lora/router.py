@@ -228,7 +228,7 @@ class LoraRouter(Router):
         if dev == "cuda":
             model.to(half_dtype())
             model.head.float()
-        meta = {k: cfg[k] for k in ("base_model", "lora", "train") if k in cfg}
+        meta = {k: cfg[k] for k in ("base_model", "lora", "train", "threshold_objective", "vote") if k in cfg}
         return cls(taxonomy or stored, model, tokenizer, temperature=cfg["temperature"], threshold=cfg["threshold"],
                    below_threshold=cfg.get("below_threshold", "abstain"), max_length=cfg["max_length"], meta=meta,
                    device=dev, onnx=onnx)

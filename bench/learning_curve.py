@@ -1,0 +1,196 @@
+"""Learning curves: the default `masdr train` against the baselines at 8, 16, 32, 64 and all
+labelled queries per scope, on several real taxonomies.
+
+For each data set the queries are split once (seeded, stratified 70/10/20, as `masdr data
+prepare` does); the train+val queries are the labelled pool and the test queries are fixed. At
+each size N, N queries per scope are drawn from the pool (seeded; a scope with fewer keeps all) and
+every system trains on exactly those, with no separate validation file (as a new user runs
+`masdr train` without --val): each system picks its own hyper-parameters by cross-validation on
+its training sample. Scores are top-1 macro-F1 and accuracy on the test queries.
+
+Systems:
+- ``default``  : `masdr train` with the default TrainConfig
+- ``legacy``   : the previous default (holdout split, random head, no probe guard, 12 epochs)
+- ``probe``    : logistic regression on frozen MiniLM features (C by 3-fold CV)
+- ``tfidf-lr`` : TF-IDF (1-2 grams) + logistic regression (C by 3-fold CV)
+- ``centroid`` : nearest scope centroid of frozen MiniLM sentence embeddings
+- ``setfit``   : SetFit with the same MiniLM encoder (when installed; its own regime is 8-64 per class)
+
+    python bench/learning_curve.py --datasets bbc composite --sizes 8 16 32 64 all [--systems ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import numpy as np
+
+SYSTEMS = ("default", "legacy", "probe", "tfidf-lr", "centroid", "setfit")
+LEGACY = {"regime": "holdout", "head_init": "random", "keep_probe": False, "min_steps": 0}
+
+
+def scores(gold: list[str], pred: list[str], labels: list[str]) -> dict[str, float]:
+    from sklearn.metrics import accuracy_score, f1_score
+
+    return {"macro_f1": round(float(f1_score(gold, pred, labels=labels, average="macro", zero_division=0)), 4),
+            "accuracy": round(float(accuracy_score(gold, pred)), 4)}
+
+
+def sample_per_scope(pool: list[Any], n: int | None, seed: int) -> list[Any]:
+    if n is None:
+        return list(pool)
+    rng = random.Random(seed)
+    by: dict[str, list[Any]] = {}
+    for q in pool:
+        by.setdefault(q.scope, []).append(q)
+    out = []
+    for scope in sorted(by):
+        qs = by[scope]
+        out.extend(rng.sample(qs, min(n, len(qs))))
+    rng.shuffle(out)
+    return out
+
+
+def lr_cv(X: Any, y: list[str]) -> Any:
+    from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
+
+    counts = {s: y.count(s) for s in set(y)}
+    if min(counts.values()) >= 3:
+        return LogisticRegressionCV(Cs=[0.1, 0.3, 1, 3, 10, 30], cv=3, max_iter=3000, class_weight="balanced").fit(X, y)
+    return LogisticRegression(C=1.0, max_iter=3000, class_weight="balanced").fit(X, y)
+
+
+def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ctx: dict[str, Any]) -> dict[str, Any]:
+    labels = taxonomy.names
+    xtr, ytr = [q.query for q in train], [q.scope for q in train]
+    xte, yte = [q.query for q in test], [q.scope for q in test]
+    t0 = time.perf_counter()
+    extra: dict[str, Any] = {}
+    if system in ("default", "legacy"):
+        from masdr_router import TrainConfig, train_router
+
+        cfg = TrainConfig.from_dict({**TrainConfig().to_dict(), "progress": False,
+                                     **(LEGACY if system == "legacy" else {}), **ctx["overrides"]})
+        res = train_router(taxonomy, train, None, cfg)
+        pred = res.router.predict(xte)
+        extra = {"regime": res.extra["regime"], "model": res.extra["selection"]["model"],
+                 "best_epoch": res.best_epoch}
+    elif system == "tfidf-lr":
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+        clf = lr_cv(vec.fit_transform(xtr), ytr)
+        pred = list(clf.predict(vec.transform(xte)))
+    elif system in ("probe", "centroid"):
+        emb = ctx["embedder"]
+        etr = emb.encode(xtr, batch_size=64)
+        ete = ctx["test_embeddings"]
+        if system == "probe":
+            pred = list(lr_cv(etr, ytr).predict(ete))
+        else:
+            cent = np.stack([etr[[i for i, y in enumerate(ytr) if y == s]].mean(0) if s in ytr
+                             else np.zeros(etr.shape[1]) for s in labels])
+            cent /= np.maximum(np.linalg.norm(cent, axis=1, keepdims=True), 1e-9)
+            pred = [labels[i] for i in (ete @ cent.T).argmax(1)]
+    elif system == "setfit":
+        pred = run_setfit(xtr, ytr, xte)
+    else:
+        raise ValueError(system)
+    return {**scores(yte, pred, labels), "train_s": round(time.perf_counter() - t0, 1), **extra}
+
+
+def run_setfit(xtr: list[str], ytr: list[str], xte: list[str]) -> list[str]:
+    from datasets import Dataset
+    from setfit import SetFitModel, Trainer, TrainingArguments
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+
+    model = SetFitModel.from_pretrained(resolve_encoder_path("minilm"))
+    with __import__("tempfile").TemporaryDirectory() as tmp:
+        args = TrainingArguments(output_dir=tmp, save_strategy="no", batch_size=32, num_epochs=1, num_iterations=5,
+                                 max_steps=600, seed=0, report_to="none")
+        Trainer(model=model, args=args, train_dataset=Dataset.from_dict({"text": xtr, "label": ytr})).train()
+    return list(model.predict(xte))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=["bbc", "composite"])
+    ap.add_argument("--sizes", nargs="+", default=["8", "16", "32", "64", "all"])
+    ap.add_argument("--systems", nargs="+", default=[s for s in SYSTEMS if s != "setfit"], choices=SYSTEMS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-docs-per-scope", type=int, default=None, help="subsample the data sets (e.g. 20ng)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="TrainConfig override")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/learning_curve.json"))
+    args = ap.parse_args(argv)
+
+    from rich.console import Console
+
+    from masdr_router import Embedder
+    from masdr_router.datasets import load_dataset
+    from masdr_router.datasets.splits import stratified_split
+    from masdr_router.training.run import parse_overrides
+
+    report: dict[str, Any] = {"seed": args.seed, "machine": platform.platform(), "cpus": os.cpu_count(),
+                              "overrides": args.set, "results": []}
+    if args.out.exists():  # resume: keep finished cells
+        report["results"] = json.loads(args.out.read_text()).get("results", [])
+    done = {(r["dataset"], r["size"], r["system"]) for r in report["results"]}
+    emb = Embedder("minilm", device="cpu", max_length=64)
+    console = Console()
+    for name in args.datasets:
+        ds = load_dataset(name, max_docs_per_scope=args.max_docs_per_scope, seed=0)
+        split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
+        pool, test = split["train"] + split["val"], split["test"]
+        ctx = {"embedder": emb, "test_embeddings": emb.encode([q.query for q in test], batch_size=64),
+               "overrides": parse_overrides(args.set)}
+        for size in args.sizes:
+            n = None if size == "all" else int(size)
+            train = sample_per_scope(pool, n, args.seed)
+            for system in args.systems:
+                if (name, size, system) in done:
+                    continue
+                row = {"dataset": name, "size": size, "n_train": len(train), "n_test": len(test),
+                       "system": system, **run_system(system, ds.taxonomy, train, test, ctx)}
+                print(json.dumps(row), flush=True)
+                report["results"].append(row)
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(report, indent=2))
+    print_table(console, report["results"], args.systems)
+    return report
+
+
+def print_table(console: Any, results: list[dict[str, Any]], systems: list[str]) -> None:
+    from rich.table import Table
+
+    t = Table(title="test macro-F1 (accuracy) by labelled queries per scope; best baseline marked *")
+    t.add_column("set")
+    t.add_column("per scope", justify="right")
+    t.add_column("n", justify="right")
+    for s in systems:
+        t.add_column(s, justify="right")
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in results:
+        cells.setdefault((r["dataset"], r["size"]), {})[r["system"]] = r
+    for (ds, size), row in cells.items():
+        base = [s for s in row if s not in ("default", "legacy")]
+        best = max(base, key=lambda s: row[s]["macro_f1"]) if base else None
+        n = next(iter(row.values()))["n_train"]
+        t.add_row(ds, size, str(n), *(f"{row[s]['macro_f1']:.3f} ({row[s]['accuracy']:.3f})"
+                                      + ("*" if s == best else "") + f" {row[s]['train_s']:.0f}s"
+                                      if s in row else "-" for s in systems))
+    console.print(t)
+
+
+if __name__ == "__main__":
+    main()
