@@ -41,9 +41,11 @@ def demo(
     else:
         out.print(f"reusing {index_dir}")
     if not (router_dir / CONFIG_NAME).is_file():
-        out.rule(f"3/5 router: LoRA on MiniLM, calibrated, exported to {router_dir}")
+        out.rule(f"3/5 router: LoRA on MiniLM, calibrated for retrieval on the index, exported to {router_dir}")
+        # thresholds chosen for retrieval with the recall guards step 4 searches with
         train.train(data_dir / "taxonomy.yaml", data_dir / "train.jsonl", router_dir, val=data_dir / "val.jsonl",
-                    test=data_dir / "test.jsonl", overwrite=router_dir.exists())
+                    test=data_dir / "test.jsonl", overwrite=router_dir.exists(), index=index_dir, global_head=1,
+                    global_in_scope=True)
     else:
         out.print(f"reusing {router_dir}")
     out.rule("4/5 retrieval: global vs regex-routed vs LoRA-routed vs oracle-scoped")
