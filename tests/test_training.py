@@ -383,3 +383,43 @@ def test_thresholds_for_retrieval_keep_recall_at_global_and_are_stored(bbc_small
     voted = build_router(f"{tmp_path / 'router'}+vote", index=bbc_index)
     assert (voted.threshold, voted.beta) == (pytest.approx(fit["vote"]["threshold"]), fit["vote"]["beta"])
     assert "chosen for retrieval" in (tmp_path / "router" / "README.md").read_text()
+
+
+def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_path):
+    from masdr_router import read_queries
+    from masdr_router.training.run import run_training
+
+    cfg = TrainConfig(**{**FAST, "keep_probe": True})
+    test = read_queries(bbc_small_dir / "test.jsonl")
+    # cold start: no labelled query at all, only the corpus
+    cold = run_training(taxonomy=bbc_small_dir / "taxonomy.yaml", train=None, corpus=bbc_small_dir / "corpus.jsonl",
+                        test=bbc_small_dir / "test.jsonl", out=tmp_path / "cold", cfg=cfg)
+    assert cold["n_labelled"] == 0 and cold["corpus"]["n_pseudo"] == cold["n_train"] + cold["n_val"] > 0
+    report = cold["corpus"]["report"]
+    # the test queries' articles gave no pseudo-query (contamination check), and the source is recorded
+    assert report["held_out"]["queries"] == len(test) and report["dropped"]["contaminated"] > 0
+    assert report["source"]["corpus_sha256"].startswith("sha256:")
+    card = (tmp_path / "cold" / "README.md").read_text()
+    assert "0 labelled queries + " in card and "pseudo-queries made from the corpus" in card
+    # mixed: labelled queries plus pseudo-queries at corpus_weight
+    mixed = run_training(taxonomy=bbc_small_dir / "taxonomy.yaml", train=bbc_small_dir / "train.jsonl",
+                         corpus=bbc_small_dir / "corpus.jsonl", val=bbc_small_dir / "val.jsonl",
+                         out=tmp_path / "mixed", cfg=cfg)
+    n_labelled = len(read_queries(bbc_small_dir / "train.jsonl"))
+    assert mixed["n_labelled"] == n_labelled and mixed["n_train"] == n_labelled + mixed["corpus"]["n_pseudo"]
+    assert mixed["corpus"]["weight"] == cfg.corpus_weight
+    assert f"each weighing {cfg.corpus_weight:g} in the loss" in (tmp_path / "mixed" / "README.md").read_text()
+
+
+def test_a_pseudo_query_weighs_corpus_weight_in_the_loss():
+    import torch
+
+    from masdr_router.training.trainer import Encoded
+
+    a = Encoded(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3), torch.tensor([0, 1]), np.zeros((2, 4)),
+                torch.ones(2))
+    b = Encoded(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3), torch.tensor([1]), np.ones((1, 4)),
+                torch.full((1,), 0.3))
+    both = a + b
+    assert both.weight.tolist() == pytest.approx([1.0, 1.0, 0.3]) and both.features.shape == (3, 4)
+    assert both.take(np.array([2])).weight.tolist() == pytest.approx([0.3])

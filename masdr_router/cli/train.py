@@ -15,7 +15,8 @@ export_app = typer.Typer(help="Export trained routers to other runtimes.", no_ar
 
 def train(
     taxonomy: Annotated[Path, typer.Option(help="taxonomy YAML")],
-    train_file: Annotated[Path, typer.Option("--train", help="labelled training queries JSONL")],
+    train_file: Annotated[Path | None, typer.Option("--train", help="labelled training queries JSONL (optional "
+                                                                   "with --corpus: a router from the corpus alone)")],
     out_dir: Annotated[Path, typer.Option("--out", help="artifact directory, e.g. checkpoints/my-router")],
     val: Annotated[Path | None, typer.Option(help="validation queries (default: a stratified share of --train)")]
     = None,
@@ -25,6 +26,12 @@ def train(
                                                       "(repeatable; values are YAML: --set target_modules=[query])")]
     = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing artifact")] = False,
+    corpus: Annotated[Path | None, typer.Option(
+        help="corpus JSONL: pseudo-queries made from it (as `masdr synth-queries`, none leaking --val/--test) are "
+             "mixed with the labelled queries at corpus_weight; without --train they are the training data")]
+    = None,
+    synth_config: Annotated[Path | None, typer.Option(help="SynthConfig YAML for --corpus "
+                                                             "(configs/synth/default.yaml)")] = None,
     index: Annotated[Path | None, typer.Option(
         help="the index the router will search: its threshold (and its +vote threshold and weight) are then "
              "chosen for retrieval on held-out queries with relevant_ids (highest P@10 with R@10 >= global)")]
@@ -37,12 +44,14 @@ def train(
     """Train a LoRA router on a taxonomy, calibrate it, and export it as a self-contained artifact.
     Small data (no --val, under cv_below queries) is cross-validated and refit on everything.
     A killed run resumes from its last epoch checkpoint (OUT.ckpt/) when started again."""
+    from ..querygen import SynthConfig
     from ..training.run import load_train_config, run_training
 
     cfg = load_train_config(config, set_)
+    synth = SynthConfig.load(synth_config) if synth_config else None
     search = search_config(search_cfg, mode=mode, global_head=global_head, global_in_scope=global_in_scope)
     metrics = run_training(taxonomy=taxonomy, train=train_file, out=out_dir, val=val, test=test, cfg=cfg,
-                           overwrite=overwrite, index=index, search=search)
+                           overwrite=overwrite, index=index, search=search, corpus=corpus, synth=synth)
     if not metrics:  # a non-main process of a distributed run
         return
     from ..training.card import regime_line, selection_line

@@ -30,6 +30,7 @@ def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) ->
         f"modules {', '.join(cfg.target_modules)}; {metrics.get('trainable_params', '?'):,} trainable of "
         f"{metrics.get('total_params', '?'):,} parameters",
         f"- taxonomy fingerprint `{router.taxonomy.fingerprint}`",
+        f"- training data: {_data_line(metrics)}",
         f"- trained on {metrics['n_train']} queries in {metrics['train_seconds']:.0f} s on "
         f"{metrics.get('device', '?')}; {regime_line(metrics)}",
         f"- exported model: {selection_line(metrics)}",
@@ -93,3 +94,14 @@ def _threshold_line(router: LoraRouter, metrics: dict[str, Any]) -> str:
             f"{r['global_r_at_k']:.3f} (the classification threshold was {fit['classification_threshold']:.3f}); "
             f"with the retrieval vote (`DIR+vote`): threshold {v['threshold']:.3f}, beta {v['beta']:g}, P@{fit['k']} "
             f"{v['p_at_k']:.3f}, R@{fit['k']} {v['r_at_k']:.3f}")
+
+
+def _data_line(metrics: dict[str, Any]) -> str:
+    corpus = metrics.get("corpus") or {}
+    labelled = f"{metrics.get('n_labelled', metrics['n_train'])} labelled queries"
+    if not corpus:
+        return labelled
+    methods = ", ".join(f"{m} {r['kept']}" for m, r in (corpus["report"].get("per_method") or {}).items())
+    return (f"{labelled} + {corpus['n_pseudo']} pseudo-queries made from the corpus `{corpus['path']}` "
+            f"({corpus['report'].get('source', {}).get('corpus_sha256', '')}; {methods or 'by rule'}), each weighing "
+            f"{corpus['weight']:g} in the loss, none leaking the validation or test queries")

@@ -41,6 +41,8 @@ class TrainConfig(ConfigBase):
         "help": "'probe': start the head from a logistic-regression probe on frozen features (LP-FT)"})
     keep_probe: bool = field(default=True, metadata={
         "help": "export the frozen probe instead when it scores better on validation (recorded in the card)"})
+    corpus_weight: float = field(default=0.3, metadata={
+        "help": "with --corpus: the weight of one pseudo-query in the loss, a labelled query weighing 1"})
     # optimisation
     epochs: int = field(default=12, metadata={"help": "epochs (the most, with early stopping or cv)"})
     min_steps: int = field(default=200, metadata={
@@ -94,6 +96,7 @@ class TrainConfig(ConfigBase):
                  f"must be in [0, 1), got {self.target_abstain_rate}"),
                 ("target_modules", bool(self.target_modules), "must name at least one module"),
                 ("cv_folds", self.cv_folds >= 2, f"must be >= 2, got {self.cv_folds}"),
+                ("corpus_weight", self.corpus_weight > 0, f"must be > 0, got {self.corpus_weight}"),
                 ("min_steps", self.min_steps >= 0, f"must be >= 0, got {self.min_steps}"),
                 ("max_epochs", self.max_epochs >= self.epochs,
                  f"must be >= epochs ({self.epochs}), got {self.max_epochs}")]

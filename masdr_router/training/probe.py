@@ -49,7 +49,7 @@ def pooled_features(encoder: Any, tokenizer: Any, texts: Sequence[str], *, max_l
 
 
 def fit_probe(features: np.ndarray, labels: np.ndarray, n_labels: int, *, balanced: bool = True,
-              seed: int = 0) -> LinearProbe:
+              seed: int = 0, sample_weight: np.ndarray | None = None) -> LinearProbe:
     """Multinomial logistic regression, C chosen by 3-fold cross-validation when every class has
     3 examples (else C = 1). A label with no example gets a zero row and a bias far below the
     others, so the probe never predicts it.
@@ -75,10 +75,11 @@ def fit_probe(features: np.ndarray, labels: np.ndarray, n_labels: int, *, balanc
             coef, intercept, c = np.zeros((1, features.shape[1])), np.zeros(1), 1.0
         elif counts.min() >= 3:
             clf = LogisticRegressionCV(Cs=[0.01, 0.03, 0.1, 0.3, 1.0], cv=3, class_weight=weight, max_iter=2000,
-                                       random_state=seed).fit(z, labels)
+                                       random_state=seed).fit(z, labels, sample_weight=sample_weight)
             coef, intercept, c = clf.coef_, clf.intercept_, float(np.ravel(clf.C_)[0])
         else:
-            clf = LogisticRegression(C=1.0, class_weight=weight, max_iter=2000).fit(z, labels)
+            clf = LogisticRegression(C=1.0, class_weight=weight, max_iter=2000).fit(z, labels,
+                                                                                     sample_weight=sample_weight)
             coef, intercept, c = clf.coef_, clf.intercept_, 1.0
     if len(present) == 2:  # sklearn keeps one row for two classes: logit for class 1 vs 0
         coef = np.stack([-coef[0] / 2, coef[0] / 2])

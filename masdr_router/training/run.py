@@ -15,7 +15,10 @@ from ..errors import ConfigError, UsageError
 from .config import TrainConfig
 
 if TYPE_CHECKING:
+    from ..data import LabelledQuery
+    from ..querygen import SynthConfig
     from ..retrieval.index import ScopedIndex
+    from ..taxonomy import Taxonomy
     from .trainer import TrainResult
 
 log = logging.getLogger(__name__)
@@ -47,13 +50,15 @@ def checkpoint_dir_for(out: Path) -> Path:
     return out.with_name(out.name + ".ckpt")
 
 
-def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, val: str | Path | None = None,
+def run_training(*, taxonomy: str | Path, train: str | Path | None, out: str | Path, val: str | Path | None = None,
                  test: str | Path | None = None, cfg: TrainConfig | None = None, overwrite: bool = False,
-                 index: str | Path | None = None, search: SearchConfig | None = None) -> dict[str, Any]:
-    """Read and validate the inputs, train (resuming ``OUT.ckpt/`` if a killed run left one),
-    choose the thresholds for retrieval when an ``index`` is given, evaluate on ``test`` (else
-    ``val``) against the regex router, and export to ``out``. Returns the metrics written into the
-    artifact (empty on the non-main processes of a distributed run)."""
+                 index: str | Path | None = None, search: SearchConfig | None = None,
+                 corpus: str | Path | None = None, synth: SynthConfig | None = None) -> dict[str, Any]:
+    """Read and validate the inputs, make pseudo-queries from ``corpus`` when given (none of them
+    leaking ``val`` or ``test``), train (resuming ``OUT.ckpt/`` if a killed run left one), choose the
+    thresholds for retrieval when an ``index`` is given, evaluate on ``test`` (else ``val``)
+    against the regex router, and export to ``out``. Returns the metrics written into the artifact
+    (empty on the non-main processes of a distributed run)."""
     from ..data import read_queries
     from ..evaluation.router import evaluate_router
     from ..routers.regex import RegexRouter
@@ -71,11 +76,17 @@ def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, va
         from ..retrieval.index import ScopedIndex
 
         idx = ScopedIndex.load(index, taxonomy=tax)  # before training: a wrong index fails fast
-    train_q = read_queries(train, tax)
+    train_q = read_queries(train, tax) if train else []
     val_q = read_queries(val, tax) if val else None
     test_q = read_queries(test, tax) if test else None
+    if not train_q and corpus is None:
+        raise UsageError("give labelled training queries (--train), a corpus to make them from (--corpus), or both")
+    pseudo, corpus_info = [], {}
+    if corpus is not None:
+        pseudo, corpus_info = corpus_queries(tax, corpus, [*(val_q or []), *(test_q or [])], synth)
+        corpus_info["weight"] = cfg.corpus_weight if train_q else 1.0
     ckpt = checkpoint_dir_for(out)
-    result = train_router(tax, train_q, val_q, cfg, checkpoint_dir=ckpt)
+    result = train_router(tax, train_q, val_q, cfg, pseudo=pseudo, checkpoint_dir=ckpt)
     if int(os.environ.get("RANK", "0")) != 0:  # under `accelerate launch`, one process exports
         return {}
     thresholds = choose_retrieval_thresholds(result, idx, search) if idx is not None else {}
@@ -88,7 +99,7 @@ def run_training(*, taxonomy: str | Path, train: str | Path, out: str | Path, va
     metrics = {"val": result.val_metrics, "calibration": result.calibration, "history": result.history,
                "train_seconds": round(result.train_seconds, 2), "n_train": result.n_train, "n_val": result.n_val,
                "resumed_from_epoch": result.resumed_from_epoch, **result.extra, "evaluation": evaluation,
-               "retrieval_thresholds": thresholds}
+               "retrieval_thresholds": thresholds, "n_labelled": len(train_q), "corpus": corpus_info}
     card = model_card(result.router, metrics, cfg)
     result.router.save_pretrained(out, metrics=metrics, card=card, overwrite=overwrite)
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -117,3 +128,17 @@ def choose_retrieval_thresholds(result: TrainResult, index: ScopedIndex, search:
              fit["router"]["global_p_at_k"], fit["router"]["global_r_at_k"], fit["vote"]["threshold"],
              fit["vote"]["beta"])
     return fit
+
+
+def corpus_queries(taxonomy: Taxonomy, corpus: str | Path, held_out: list[LabelledQuery],
+                   synth: SynthConfig | None) -> tuple[list[LabelledQuery], dict[str, Any]]:
+    """Pseudo-queries from ``corpus`` (none leaking ``held_out``) and what to record about them."""
+    from ..data import read_corpus
+    from ..querygen import synthesize_queries
+    from ..querygen.pipeline import file_digest
+
+    res = synthesize_queries(taxonomy, read_corpus(corpus), config=synth, held_out=held_out,
+                             source={"corpus": str(corpus), "corpus_sha256": file_digest(corpus)})
+    log.info("%d pseudo-queries from %s (%s)", len(res.candidates), corpus,
+             ", ".join(f"{k} dropped {v}" for k, v in res.report["dropped"].items()))
+    return res.queries, {"path": str(corpus), "n_pseudo": len(res.candidates), "report": res.report}

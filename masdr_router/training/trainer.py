@@ -199,9 +199,9 @@ class Run:
     unwrapped: RouterModel
     tokenizer: Any
     optimizer: Any
-    loss_fn: Any
-    train: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # input ids, attention mask, labels
-    val: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+    class_weight: torch.Tensor  # per label (ones without class weighting)
+    train: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # ids, attention mask, labels, weights
+    val: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
     key: str
     epochs: int
     n_trainable: int
@@ -247,19 +247,27 @@ class Encoded:
     mask: torch.Tensor
     y: torch.Tensor
     features: np.ndarray  # pooled frozen-encoder features (the probe's input)
+    weight: torch.Tensor  # per query: 1 for a labelled query, TrainConfig.corpus_weight for a pseudo-query
 
     def take(self, rows: np.ndarray) -> Encoded:
         import torch
 
         t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        return Encoded(self.ids[t], self.mask[t], self.y[t], self.features[rows])
+        return Encoded(self.ids[t], self.mask[t], self.y[t], self.features[rows], self.weight[t])
 
-    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self.ids, self.mask, self.y
+    def __add__(self, other: Encoded) -> Encoded:
+        import torch
+
+        return Encoded(torch.cat([self.ids, other.ids]), torch.cat([self.mask, other.mask]),
+                       torch.cat([self.y, other.y]), np.concatenate([self.features, other.features]),
+                       torch.cat([self.weight, other.weight]))
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.ids, self.mask, self.y, self.weight
 
 
 def encode(cfg: TrainConfig, labels: list[str], queries: Sequence[LabelledQuery], tokenizer: Any,
-           encoder: Any) -> Encoded:
+           encoder: Any, *, weight: float = 1.0) -> Encoded:
     """Tokenise ``queries`` and compute the frozen ``encoder``'s pooled features for the probe."""
     import torch
 
@@ -269,7 +277,7 @@ def encode(cfg: TrainConfig, labels: list[str], queries: Sequence[LabelledQuery]
     enc = tokenizer(texts, padding="max_length", truncation=True, max_length=cfg.max_length, return_tensors="pt")
     feats = pooled_features(encoder, tokenizer, texts, max_length=cfg.max_length, pooling=cfg.pooling)
     return Encoded(enc["input_ids"], enc["attention_mask"], torch.tensor([labels.index(q.scope) for q in queries]),
-                   feats)
+                   feats, torch.full((len(queries),), float(weight)))
 
 
 def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: Any, train: Encoded,
@@ -292,10 +300,10 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
             model.head.bias.copy_(torch.from_numpy(head_init.bias))
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     n_total = sum(p.numel() for p in model.parameters())
-    class_weight = None
-    if cfg.class_weighting == "balanced":
-        counts = np.bincount(train.y.numpy(), minlength=len(labels)).astype(float)
-        w = np.where(counts > 0, len(train.y) / (len(labels) * np.maximum(counts, 1)), 0.0)
+    class_weight = torch.ones(len(labels))
+    if cfg.class_weighting == "balanced":  # by the examples' total weight per label
+        counts = np.bincount(train.y.numpy(), weights=train.weight.numpy(), minlength=len(labels))
+        w = np.where(counts > 0, counts.sum() / (len(labels) * np.maximum(counts, 1e-12)), 0.0)
         class_weight = torch.tensor(w, dtype=torch.float32)
     decay, no_decay = [], []
     for n, p in model.named_parameters():
@@ -304,13 +312,11 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.learning_rate)
     prepared, optimizer = accelerator.prepare(model, optimizer)
-    loss_fn = torch.nn.CrossEntropyLoss(
-        weight=class_weight.to(accelerator.device) if class_weight is not None else None,
-        label_smoothing=cfg.label_smoothing)
     return Run(cfg=cfg, labels=labels, device=device, mixed_precision=mp, accelerator=accelerator, model=prepared,
                unwrapped=accelerator.unwrap_model(prepared), tokenizer=tokenizer, optimizer=optimizer,
-               loss_fn=loss_fn, train=train.tensors(), val=val.tensors() if val is not None else None, key=key,
-               epochs=epochs, n_trainable=n_trainable, n_total=n_total)
+               class_weight=class_weight.to(accelerator.device), train=train.tensors(),
+               val=val.tensors() if val is not None else None, key=key, epochs=epochs, n_trainable=n_trainable,
+               n_total=n_total)
 
 
 # ---- step 3: epochs, early stopping, checkpoints ---------------------------------------------------
@@ -368,10 +374,15 @@ def train_one_epoch(run: Run, epoch: int) -> float:
             idx = perm[b * cfg.batch_size:(b + 1) * cfg.batch_size]
             for group in run.optimizer.param_groups:
                 group["lr"] = lr_at(epoch * steps + b, total_steps, warmup, cfg.learning_rate)
-            ids, mask, y = (t[idx].to(acc.device) for t in run.train)
+            ids, mask, y, w = (t[idx].to(acc.device) for t in run.train)
             width = int(mask.sum(1).max())  # trim the padding shared by the whole batch: queries are short
             with acc.autocast():
-                loss = run.loss_fn(run.model(ids[:, :width], mask[:, :width]).float(), y)
+                logits = run.model(ids[:, :width], mask[:, :width]).float()
+            # class- and example-weighted mean: the same as CrossEntropyLoss(weight=...) when every
+            # example weighs 1; a pseudo-query counts corpus_weight of a labelled one
+            per = torch.nn.functional.cross_entropy(logits, y, weight=run.class_weight, reduction="none",
+                                                    label_smoothing=cfg.label_smoothing)
+            loss = (per * w).sum() / (w * run.class_weight[y]).sum().clamp(min=1e-12)
             acc.backward(loss)
             run.optimizer.step()
             run.optimizer.zero_grad(set_to_none=True)
@@ -493,11 +504,15 @@ class Fitted:
 
 
 def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequence[LabelledQuery] | None = None,
-                 cfg: TrainConfig | None = None, *, checkpoint_dir: str | Path | None = None,
-                 on_epoch_end: EpochCallback | None = None) -> TrainResult:
+                 cfg: TrainConfig | None = None, *, pseudo: Sequence[LabelledQuery] = (),
+                 checkpoint_dir: str | Path | None = None, on_epoch_end: EpochCallback | None = None) -> TrainResult:
     """Train, choose the model, calibrate; return a :class:`LoraRouter` ready to save.
 
-    ``on_epoch_end`` is called after each epoch's checkpoint is written (raise in it to stop).
+    ``pseudo``: extra training queries made from the corpus (``masdr synth-queries``), trained on
+    at ``cfg.corpus_weight`` each and never held out, so every held-out score is on real queries.
+    With no labelled ``train`` queries they are all there is (cold start): then they are split and
+    held out like labelled ones. ``on_epoch_end`` is called after each epoch's checkpoint is written
+    (raise in it to stop).
 
     >>> result = train_router(tax, read_queries("train.jsonl", tax))        # doctest: +SKIP
     >>> result.router.save_pretrained("checkpoints/my-router")              # doctest: +SKIP
@@ -508,7 +523,11 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
     from ..routers.lora import LoraRouter
 
     cfg = cfg or TrainConfig()
-    check_labels(taxonomy, train, val)
+    pseudo = list(pseudo)
+    check_labels(taxonomy, [*train, *pseudo], val)
+    if not train:  # cold start: the corpus' pseudo-queries are the only training data
+        log.warning("no labelled training queries: training on %d pseudo-queries alone (cold start)", len(pseudo))
+        train, pseudo = pseudo, []
     regime, why = choose_regime(cfg, len(train), bool(val))
     log.info("training regime: %s (%s)", regime, why)
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
@@ -521,12 +540,13 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
         tracker = Tracker(cfg, _is_main_process(), run_key(cfg, taxonomy, train, val or []), extra={
             "labels": labels, "device": device, "mixed_precision": mixed_precision, "regime": regime})
         try:
+            extra = encode(cfg, labels, pseudo, tokenizer, frozen, weight=cfg.corpus_weight) if pseudo else None
             if regime == "cv":
                 fitted = _fit_cv(cfg, taxonomy, list(train), base_path, tokenizer, frozen, tracker, ckpt,
-                                 on_epoch_end)
+                                 on_epoch_end, extra)
             else:
                 fitted = _fit_holdout(cfg, taxonomy, train, val, base_path, tokenizer, frozen, tracker, ckpt,
-                                      on_epoch_end)
+                                      on_epoch_end, extra)
             tracker.summary({**{f"val/{k}": v for k, v in fitted.val_metrics.items() if isinstance(v, int | float)
                                 and not isinstance(v, bool)},
                              **{f"calibration/{k}": v for k, v in fitted.calibration.items() if v is not None}})
@@ -541,7 +561,8 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
                      "target_modules": list(cfg.target_modules)},
             "train": {"config": cfg.to_dict(), "run_key": key, "n_train": fitted.n_train, "n_val": fitted.n_val,
                       "trainable_params": n_trainable, "total_params": n_total, "regime": regime,
-                      "regime_reason": why, "selection": fitted.selection}}
+                      "regime_reason": why, "selection": fitted.selection, "n_pseudo": len(pseudo),
+                      "corpus_weight": cfg.corpus_weight if pseudo else None}}
     router = LoraRouter(taxonomy, fitted.model, tokenizer, temperature=fitted.calibration["temperature"],
                         threshold=fitted.calibration["threshold"], below_threshold=cfg.below_threshold,
                         max_length=cfg.max_length, meta=meta, device=device)
@@ -555,7 +576,7 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
                        best_epoch=fitted.val_metrics["best_epoch"],
                        extra={"trainable_params": n_trainable, "total_params": n_total, "device": device,
                               "mixed_precision": mixed_precision, "wandb_dir": tracker.run_dir, "regime": regime,
-                              "regime_reason": why, "selection": fitted.selection})
+                              "regime_reason": why, "selection": fitted.selection, "n_pseudo": len(pseudo)})
 
 
 def _is_main_process() -> bool:
@@ -588,16 +609,20 @@ def _guard(cfg: TrainConfig, lora_f1: float, probe_f1: float) -> bool:
 
 def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQuery],
                  val: Sequence[LabelledQuery] | None, base_path: str, tokenizer: Any, frozen: Any,
-                 tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None) -> Fitted:
+                 tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None,
+                 extra: Encoded | None) -> Fitted:
     from .model import load_trainable_state
     from .probe import fit_probe
 
     labels = taxonomy.names
     train_q, val_q = prepare_splits(train, val, cfg)
     tr, va = encode(cfg, labels, train_q, tokenizer, frozen), encode(cfg, labels, val_q, tokenizer, frozen)
+    key = run_key(cfg, taxonomy, train_q, val_q)
+    if extra is not None:
+        tr, key = tr + extra, f"{key}-pseudo{len(extra.y)}"
     probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
-                      seed=cfg.seed)
-    run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=run_key(cfg, taxonomy, train_q, val_q),
+                      seed=cfg.seed, sample_weight=tr.weight.numpy())
+    run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=key,
                     epochs=epoch_budget(cfg, len(train_q)), head_init=probe if cfg.head_init == "probe" else None)
     state = resume(run, ckpt)
     fit_epochs(run, state, tracker=tracker, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end,
@@ -620,12 +645,13 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
     selection = {"model": "probe" if use_probe else "lora", "lora_val_macro_f1": lora_f1,
                  "probe_val_macro_f1": probe_f1, "probe_C": probe.C, "epoch_budget": run.epochs}
     return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=state.history,
-                  seconds=state.seconds, n_train=len(train_q), n_val=len(val_q), selection=selection,
+                  seconds=state.seconds, n_train=len(tr.y), n_val=len(val_q), selection=selection,
                   held_out=(val_q, logits), resumed_from_epoch=state.resumed_from_epoch, run=run)
 
 
 def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], base_path: str, tokenizer: Any,
-            frozen: Any, tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None) -> Fitted:
+            frozen: Any, tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None,
+            extra: Encoded | None) -> Fitted:
     """k folds -> per-epoch out-of-fold macro-F1 -> best epoch count -> refit on everything."""
     from .probe import fit_probe
 
@@ -649,7 +675,10 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     for i, val_rows in enumerate(folds):
         train_rows = np.setdiff1d(np.arange(len(train)), val_rows)
         tr, va = data.take(train_rows), data.take(val_rows)
-        probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=balanced, seed=cfg.seed)
+        if extra is not None:  # pseudo-queries train every fold and are never held out
+            tr = tr + extra
+        probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=balanced, seed=cfg.seed,
+                          sample_weight=tr.weight.numpy())
         probe_oof[val_rows] = probe.logits(va.features)
         log.info("cross-validation fold %d/%d: %d training, %d held-out queries", i + 1, len(folds),
                  len(train_rows), len(val_rows))
@@ -669,14 +698,17 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         tracker.log(row)
     log.info("cross-validation: best %d epochs (out-of-fold macro-F1 %.4f); frozen probe %.4f -> %s",
              best + 1, cv_f1[best], probe_f1, "probe" if use_probe else "LoRA, refit on all queries")
-    final_probe = fit_probe(data.features, true, len(labels), balanced=balanced, seed=cfg.seed)
+    everything = data + extra if extra is not None else data
+    final_probe = fit_probe(everything.features, everything.y.numpy(), len(labels), balanced=balanced,
+                            seed=cfg.seed, sample_weight=everything.weight.numpy())
     run = None
     if use_probe:
         model = probe_model(frozen, final_probe, len(labels), cfg.pooling)
         logits = probe_oof
     else:
-        run = build_run(cfg, labels, base_path, tokenizer, data, None,
-                        key=run_key(cfg, taxonomy, train, []) + f"-refit{best + 1}", epochs=best + 1,
+        n_pseudo = len(everything.y) - len(train)
+        run = build_run(cfg, labels, base_path, tokenizer, everything, None,
+                        key=f"{run_key(cfg, taxonomy, train, [])}-refit{best + 1}-pseudo{n_pseudo}", epochs=best + 1,
                         head_init=final_probe if cfg.head_init == "probe" else None)
         state = resume(run, ckpt)
         fit_epochs(run, state, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end)
@@ -693,6 +725,6 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
                  "probe_cv_macro_f1": probe_f1, "probe_C": final_probe.C, "epoch_budget": epochs,
                  "folds": cfg.cv_folds, "fold_val_macro_f1": fold_rows}
     return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=history,
-                  seconds=time.perf_counter() - t0, n_train=len(train), n_val=0, selection=selection,
+                  seconds=time.perf_counter() - t0, n_train=len(everything.y), n_val=0, selection=selection,
                   held_out=(train, logits),
                   resumed_from_epoch=state.resumed_from_epoch if run is not None else 0, run=run)
