@@ -521,6 +521,7 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
 
     from ..retrieval.embedder import resolve_encoder_path
     from ..routers.lora import LoraRouter
+    from .calibration import softmax
 
     cfg = cfg or TrainConfig()
     pseudo = list(pseudo)
@@ -566,8 +567,6 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
     router = LoraRouter(taxonomy, fitted.model, tokenizer, temperature=fitted.calibration["temperature"],
                         threshold=fitted.calibration["threshold"], below_threshold=cfg.below_threshold,
                         max_length=cfg.max_length, meta=meta, device=device)
-    from .calibration import softmax
-
     held_queries, held_logits = fitted.held_out
     return TrainResult(router=router, history=fitted.history, val_metrics=fitted.val_metrics,
                        calibration=fitted.calibration, train_seconds=fitted.seconds, n_train=fitted.n_train,
