@@ -103,3 +103,18 @@ def test_retrieval_vote_combines_router_scores_with_the_global_neighbours(bbc_sm
     stats = fit_vote_threshold(voted, bbc_small.queries, target_accuracy=0.9)
     assert voted.threshold == stats["threshold"]
     assert stats["accuracy_when_answered"] >= 0.9 or stats["abstain_rate"] == 1.0
+
+
+def test_eval_fits_thresholds_for_retrieval_on_held_out_queries(bbc_small_dir, bbc_index_dir, small_router, tmp_path):
+    out = tmp_path / "r.json"
+    p = masdr("eval", "retrieval", "--index", bbc_index_dir, "--queries", bbc_small_dir / "test.jsonl",
+              "--router", small_router, "--router", f"{small_router}+vote", "--router", "regex",
+              "--fit-thresholds", bbc_small_dir / "val.jsonl", "--global-in-scope", "--json", out)
+    assert p.returncode == 0, p.stderr
+    systems = json.loads(out.read_text())["systems"]
+    assert "threshold_fit" not in systems["regex"]  # no threshold to fit
+    for name in ("bbc-router", "bbc-router+vote"):
+        fit = systems[name]["threshold_fit"]
+        assert fit["n_queries"] == len((bbc_small_dir / "val.jsonl").read_text().splitlines())
+        assert fit["router"]["r_at_k"] >= fit["router"]["global_r_at_k"]
+        assert fit["search"]["global_in_scope"] is True and "previous_threshold" in fit

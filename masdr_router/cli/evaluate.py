@@ -54,6 +54,10 @@ def retrieval(
     llm_model: LLMModel = None,
     llm_dialect: LLMDialect = None,
     local: Local = False,
+    fit_thresholds: Annotated[Path | None, typer.Option(
+        help="labelled held-out queries (e.g. val.jsonl, never the evaluated ones): before evaluating, set each "
+             "trained or +vote router's threshold to the one with the highest P@k there whose R@k is at least "
+             "global search's")] = None,
     json_out: JsonOut = None,
     plot: Plot = None,
 ) -> None:
@@ -64,6 +68,7 @@ def retrieval(
     from ..retrieval.index import ScopedIndex
     from ..routers import build_systems, parse_router_spec
     from ..taxonomy import Taxonomy
+    from ..training.thresholds import fit_system_thresholds
 
     cfg = search_config(search_cfg, mode=mode, global_head=global_head, global_in_scope=global_in_scope)
     specs = [parse_router_spec(s) for s in router]
@@ -73,7 +78,11 @@ def retrieval(
         client = connect_llm(stack, config=llm_cfg, url=llm_url, model=llm_model, dialect=llm_dialect,
                              local=local) if any(s.needs_llm for s in specs) else None
         systems = build_systems(router, index=idx, llm=client, search=cfg)
+        fits = fit_system_thresholds(systems, idx, read_queries(fit_thresholds, idx.taxonomy), k=k, search=cfg) \
+            if fit_thresholds else {}
         report = evaluate_retrieval(idx, qs, systems, k=k, cfg=cfg, progress=True)
+    for name, fit in fits.items():
+        report["systems"][name]["threshold_fit"] = fit
     report["queries_file"] = str(queries)
     print_retrieval_report(human(json_out), report)
     emit_json(json_out, report)

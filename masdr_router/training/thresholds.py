@@ -108,3 +108,40 @@ def fit_retrieval_thresholds(index: SearchIndex, queries: Sequence[LabelledQuery
                 best = fit
         out["vote"] = best
     return out
+
+
+def fit_router_threshold(router: Any, index: SearchIndex, queries: Sequence[LabelledQuery], *, k: int = 10,
+                         search: SearchConfig | None = None) -> dict[str, Any]:
+    """Set the abstention threshold of a router that decides from its per-scope probabilities (a
+    trained router, or one voted by retrieval) to the one best for retrieval on labelled held-out
+    ``queries``; returns the fit (empty, threshold unchanged, when no query has relevant_ids).
+
+    >>> fit_router_threshold(build_router("DIR+vote", index=idx), idx, val_queries)  # doctest: +SKIP
+    """
+    from ..errors import UsageError
+
+    if not hasattr(router, "threshold") or not hasattr(router, "decide"):
+        raise UsageError(f"router '{router.name}' has no threshold to fit (a trained router or DIR+vote has one)")
+    names = index.taxonomy.names
+    decisions = router.route_batch([q.query for q in queries])
+    probs = np.array([[d.scores.get(s, 0.0) for s in names] for d in decisions])
+    fit = fit_retrieval_thresholds(index, queries, probs, k=k, search=search, vote=False)
+    if fit:
+        fit["previous_threshold"] = float(router.threshold)
+        router.threshold = fit["router"]["threshold"]
+    return fit
+
+
+def fit_system_thresholds(systems: dict[str, tuple[Any, str]], index: SearchIndex,
+                          queries: Sequence[LabelledQuery], *, k: int = 10,
+                          search: SearchConfig | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`fit_router_threshold` for every system whose router has a threshold; a router
+    shared by several policies is fitted once."""
+    fits: dict[int, dict[str, Any]] = {}
+    out = {}
+    for name, (router, _) in systems.items():
+        if hasattr(router, "threshold") and hasattr(router, "decide"):
+            if id(router) not in fits:
+                fits[id(router)] = fit_router_threshold(router, index, queries, k=k, search=search)
+            out[name] = fits[id(router)]
+    return out
