@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tarfile
 
+from ..errors import DatasetError
 from .base import Dataset, packaged_taxonomy
 from .fetch import DJANGO_SDIST, fetch_sdist
 from .rst import Section, build_corpus, sections_of
@@ -33,7 +34,8 @@ def read_django_sections() -> list[Section]:
             part, _, rest = rel.partition("/")
             if part in PARTS and rest:
                 f = tf.extractfile(m)
-                assert f is not None
+                if f is None:  # a regular file always has content; anything else is a broken archive
+                    raise DatasetError(f"{m.name}: unreadable member of the downloaded archive")
                 pages[rel] = f.read().decode("utf-8")
     return [s for rel in sorted(pages) for s in sections_of(rel, rel.partition("/")[0], pages[rel])]
 

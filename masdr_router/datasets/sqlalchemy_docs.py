@@ -15,6 +15,7 @@ import ast
 import re
 import tarfile
 
+from ..errors import DatasetError
 from .base import Dataset, packaged_taxonomy
 from .fetch import SQLALCHEMY_SDIST, fetch_sdist
 from .rst import Section, build_corpus, sections_of
@@ -56,7 +57,8 @@ def read_sqlalchemy_sections() -> list[Section]:
             else:
                 continue
             f = tf.extractfile(m)
-            assert f is not None
+            if f is None:  # a regular file always has content; anything else is a broken archive
+                raise DatasetError(f"{m.name}: unreadable member of the downloaded archive")
             text = f.read().decode("utf-8")
             if rel.startswith("sqlalchemy."):
                 modules[rel] = text
