@@ -17,6 +17,8 @@ from ..llm.config import ENV_BASE_URL, ENV_DIALECT, ENV_MODEL, Dialect, LLMConfi
 
 if TYPE_CHECKING:
     from ..llm.protocol import ChatClient
+    from ..retrieval.index import ScopedIndex
+    from ..taxonomy import Taxonomy
 
 out = Console()
 err = Console(stderr=True)
@@ -131,3 +133,17 @@ def connect_llm(stack: contextlib.ExitStack, *, config: Path | None = None, url:
 
     cfg = LLMConfig.load(config, base_url=url, model=model, dialect=dialect, timeout_s=timeout)
     return stack.enter_context(open_client(cfg, local=local))
+
+
+def taxonomy_and_index(taxonomy: Path | None, index: Path | None) -> tuple[Taxonomy, ScopedIndex | None]:
+    """The taxonomy (from ``--taxonomy``, else the ``--index``'s) and the index when given; an index
+    built for another taxonomy than ``--taxonomy`` is refused."""
+    from ..errors import UsageError
+    from ..retrieval.index import ScopedIndex
+    from ..taxonomy import Taxonomy
+
+    if taxonomy is None and index is None:
+        raise UsageError("give --taxonomy (or --index, whose taxonomy is used)")
+    tax = Taxonomy.from_yaml(taxonomy) if taxonomy else None
+    idx = ScopedIndex.load(index, taxonomy=tax) if index else None
+    return (tax or idx.taxonomy), idx  # type: ignore[union-attr]

@@ -29,6 +29,7 @@ from .common import (
     human,
     one_router,
     search_config,
+    taxonomy_and_index,
 )
 from .report import print_retrieval_report, print_router_reports
 
@@ -113,19 +114,13 @@ def router_(
     from ..data import read_queries
     from ..errors import UsageError
     from ..evaluation.router import evaluate_router
-    from ..retrieval.index import ScopedIndex
     from ..routers import build_systems, parse_router_spec
-    from ..taxonomy import Taxonomy
 
     specs = [parse_router_spec(s) for s in router]
     if any(s.policy != "router" for s in specs):
         raise UsageError("a routing policy (':POLICY') decides what retrieval searches; "
                          "evaluate it with `masdr eval retrieval`")
-    if taxonomy is None and index is None:
-        raise UsageError("give --taxonomy (or --index, whose taxonomy is used)")
-    tax = Taxonomy.from_yaml(taxonomy) if taxonomy else None
-    idx = ScopedIndex.load(index, taxonomy=tax) if index else None
-    tax = tax or idx.taxonomy  # type: ignore[union-attr]
+    tax, idx = taxonomy_and_index(taxonomy, index)
     qs = read_queries(queries, tax)
     with contextlib.ExitStack() as stack:
         client = connect_llm(stack, config=llm_cfg, url=llm_url, model=llm_model, dialect=llm_dialect,

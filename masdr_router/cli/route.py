@@ -22,6 +22,7 @@ from .common import (
     human,
     one_router,
     search_config,
+    taxonomy_and_index,
 )
 from .report import print_decision
 
@@ -40,18 +41,12 @@ def route(
     json_out: JsonOut = None,
 ) -> None:
     """Route one query and print the decision."""
-    from ..errors import UsageError
     from ..query import validate_query
-    from ..retrieval.index import ScopedIndex
     from ..routers import build_router, parse_router_spec
-    from ..taxonomy import Taxonomy
 
     query = validate_query(query)
     spec = parse_router_spec(one_router(router))
-    if taxonomy is None and index is None:
-        raise UsageError("give --taxonomy (or --index, whose taxonomy is used)")
-    tax = Taxonomy.from_yaml(taxonomy) if taxonomy else None
-    idx = ScopedIndex.load(index, taxonomy=tax) if index else None
+    tax, idx = taxonomy_and_index(taxonomy, index)
     with contextlib.ExitStack() as stack:
         client = connect_llm(stack, config=llm_cfg, url=llm_url, model=llm_model, dialect=llm_dialect,
                              local=local) if spec.needs_llm else None

@@ -30,11 +30,13 @@ from ..routers.reference import GlobalRouter, OracleRouter
 NONE_SCOPE = "(none)"
 
 
-def _precision(hits: list[Hit], gold: str) -> float:
+def precision_at_k(hits: Sequence[Hit], gold: str) -> float:
+    """Share of the retrieved chunks that belong to the gold scope (0 when nothing was retrieved)."""
     return sum(gold in h.scopes for h in hits) / len(hits) if hits else 0.0
 
 
-def _recall(hits: list[Hit], relevant: Sequence[str]) -> tuple[float, float]:
+def recall_at_k(hits: Sequence[Hit], relevant: Sequence[str]) -> tuple[float, float]:
+    """``(R@k, hit@k)``: the share of the relevant documents found, and whether any was."""
     found = {h.doc_id for h in hits} & set(relevant)
     return len(found) / len(set(relevant)), float(bool(found))
 
@@ -120,8 +122,8 @@ def evaluate_retrieval(index: ScopedIndex, queries: Sequence[LabelledQuery],
         results[name] = res
         if name not in systems:
             continue
-        p = [_precision(h, q.scope) for h, q in zip(res, queries)]
-        rec = [_recall(h, q.relevant_ids) for h, q in zip(res, queries) if q.relevant_ids]
+        p = [precision_at_k(h, q.scope) for h, q in zip(res, queries)]
+        rec = [recall_at_k(h, q.relevant_ids) for h, q in zip(res, queries) if q.relevant_ids]
         routed = [sc for sc in scopes if sc]
         searched = [sum(len(index.shard_rows[s]) for s in sc) / n_total if sc else 1.0 for sc in scopes]
         out["systems"][name] = {
@@ -153,9 +155,9 @@ def dilution(index: ScopedIndex, queries: Sequence[LabelledQuery], global_res: S
 
     per: dict[str, list[float]] = {}
     for q, g, o in zip(queries, global_res, oracle_res):
-        po = _precision(o, q.scope)
+        po = precision_at_k(o, q.scope)
         if po > 0:
-            per.setdefault(q.scope, []).append(1 - _precision(g, q.scope) / po)
+            per.setdefault(q.scope, []).append(1 - precision_at_k(g, q.scope) / po)
     per_scope = {s: {"delta": round(statistics.fmean(v), 4), "n_queries": len(v),
                      "chunks": len(index.shard_rows[s])} for s, v in per.items()}
     per_scope = {s: per_scope[s] for s in index.taxonomy.names if s in per_scope}

@@ -22,18 +22,9 @@ from ..config import SearchConfig
 from ..data import LabelledQuery
 
 if TYPE_CHECKING:
-    from ..retrieval.index import Hit
     from ..routers.vote import SearchIndex
 
 VOTE_BETAS = (0.5, 1.0, 2.0)
-
-
-def _precision(hits: list[Hit], gold: str) -> float:
-    return sum(gold in h.scopes for h in hits) / len(hits) if hits else 0.0
-
-
-def _recall(hits: list[Hit], relevant: Sequence[str]) -> float:
-    return len({h.doc_id for h in hits} & set(relevant)) / len(set(relevant)) if relevant else 0.0
 
 
 def best_threshold(confidence: np.ndarray, routed_p: np.ndarray, routed_r: np.ndarray, global_p: np.ndarray,
@@ -72,6 +63,7 @@ def fit_retrieval_thresholds(index: SearchIndex, queries: Sequence[LabelledQuery
     ``None`` when no query carries ``relevant_ids`` (R@k cannot be measured: keep the
     classification threshold).
     """
+    from ..evaluation.retrieval import precision_at_k, recall_at_k
     from ..routers.vote import vote_probabilities
 
     search = search or SearchConfig()
@@ -83,15 +75,15 @@ def fit_retrieval_thresholds(index: SearchIndex, queries: Sequence[LabelledQuery
     probs = np.asarray(probs, dtype=float)[rows]
     texts = [q.query for q in qs]
     global_hits = index.search_many(texts, [None] * len(qs), k, search)
-    g_p = np.array([_precision(h, q.scope) for h, q in zip(global_hits, qs)])
-    g_r = np.array([_recall(h, q.relevant_ids) for h, q in zip(global_hits, qs)])
+    g_p = np.array([precision_at_k(h, q.scope) for h, q in zip(global_hits, qs)])
+    g_r = np.array([recall_at_k(h, q.relevant_ids)[0] for h, q in zip(global_hits, qs)])
     scoped_cache: dict[tuple[int, int], tuple[float, float]] = {}
 
     def routed_scores(top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         todo = [i for i in range(len(qs)) if (i, int(top[i])) not in scoped_cache]
         hits = index.search_many([texts[i] for i in todo], [[names[int(top[i])]] for i in todo], k, search)
         for i, h in zip(todo, hits):
-            scoped_cache[(i, int(top[i]))] = (_precision(h, qs[i].scope), _recall(h, qs[i].relevant_ids))
+            scoped_cache[(i, int(top[i]))] = (precision_at_k(h, qs[i].scope), recall_at_k(h, qs[i].relevant_ids)[0])
         pr = np.array([scoped_cache[(i, int(top[i]))] for i in range(len(qs))])
         return pr[:, 0], pr[:, 1]
 
