@@ -201,6 +201,18 @@ CASES: list[tuple[str, Args, str]] = [
      r"query is 5001 characters long; the limit is 4000"),
     ("unknown-scope", lambda c: ["search", "--index", c.index, "--scope", "weather", "rain tomorrow"],
      r"unknown scope 'weather'.*business"),
+    # --- `masdr serve`: refused before the port opens
+    ("serve-unknown-router", lambda c: ["serve", "--taxonomy", c.taxonomy, "--router", "nosuch"],
+     r"unknown router 'nosuch'"),
+    ("serve-nothing-to-serve", lambda c: ["serve", "--router", "regex"],
+     r"serve needs a taxonomy \(--taxonomy\) or an index"),
+    ("serve-keys-unknown-scope", lambda c: ["serve", "--taxonomy", c.taxonomy, "--api-keys", c.file(
+        "keys.yaml", "keys:\n  - name: a\n    key_sha256: " + "ab" * 32 + "\n    scopes: [weather]\n")],
+     r"keys\.yaml: field 'keys\[0\]': unknown scope 'weather'"),
+    ("serve-keys-plain-key", lambda c: ["serve", "--taxonomy", c.taxonomy, "--api-keys", c.file(
+        "keys.yaml", "keys:\n  - name: a\n    key: hunter2\n")], r"'keys\[0\]': a key is never written in clear"),
+    ("serve-config-range", lambda c: ["serve", "--taxonomy", c.taxonomy, "--max-batch-size", "0"],
+     r"'--max-batch-size'.*(0 is not in the range x>=1|greater than or equal to 1)"),
 ]
 
 

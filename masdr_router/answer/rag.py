@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,8 +87,7 @@ def synthesise(client: ChatClient, question: str, hits: list[Hit], *, max_chunk_
         return "I do not know: nothing was retrieved for this question.", [], {"stage": "synthesis",
                                                                               "skipped": "nothing retrieved"}
     ids = [h.chunk_id for h in hits]
-    messages = [{"role": "system", "content": SYNTHESIS_PROMPT.format(sources=format_sources(hits, max_chunk_words))},
-                {"role": "user", "content": question}]
+    messages = synthesis_messages(question, hits, max_chunk_words)
     t0 = time.perf_counter()
     entry: dict[str, Any] = {"stage": "synthesis"}
     try:
@@ -100,6 +100,105 @@ def synthesise(client: ChatClient, question: str, hits: list[Hit], *, max_chunk_
         entry.update(citations=0, error=str(e))
     entry["latency_ms"] = round((time.perf_counter() - t0) * 1000, 3)
     return text, cited, entry
+
+
+def synthesis_messages(question: str, hits: list[Hit], max_chunk_words: int = 120) -> list[dict[str, Any]]:
+    """The chat messages of one synthesis call: the sources in the system message, the question."""
+    return [{"role": "system", "content": SYNTHESIS_PROMPT.format(sources=format_sources(hits, max_chunk_words))},
+            {"role": "user", "content": question}]
+
+
+JSON_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+class AnswerFieldStream:
+    r"""Incrementally decode the ``"answer"`` string of a streamed synthesis reply.
+
+    The reply is JSON ``{"citations": [...], "answer": "..."}`` generated token by token; the
+    citations come first (schema order), so the answer text can be passed on as it is generated,
+    unescaped, while the whole reply is kept for :func:`parse_answer` at the end.
+
+    >>> s = AnswerFieldStream()
+    >>> [s.feed(p) for p in ['{"citations": ["a#0"], "ans', 'wer": "Profits', ' fell \\u00e9', '\\n."}']]
+    ['', 'Profits', ' fell é', '\n.']
+    >>> s.raw
+    '{"citations": ["a#0"], "answer": "Profits fell \\u00e9\\n."}'
+    """
+
+    def __init__(self, key: str = "answer") -> None:
+        self.raw = ""
+        self._start = re.compile(r'"' + re.escape(key) + r'"\s*:\s*"')
+        self._pos: int | None = None  # where the undecoded part of the string starts
+        self.done = False
+
+    def feed(self, piece: str) -> str:
+        self.raw += piece
+        if self.done:
+            return ""
+        if self._pos is None:
+            m = self._start.search(self.raw)
+            if m is None:
+                return ""
+            self._pos = m.end()
+        out, i, raw = [], self._pos, self.raw
+        while i < len(raw):
+            c = raw[i]
+            if c == '"':
+                self.done = True
+                i += 1
+                break
+            if c != "\\":
+                out.append(c)
+                i += 1
+                continue
+            if i + 1 >= len(raw):
+                break  # the escape is completed by the next piece
+            e = raw[i + 1]
+            if e == "u":
+                if i + 6 > len(raw):
+                    break
+                try:
+                    out.append(chr(int(raw[i + 2:i + 6], 16)))
+                except ValueError:
+                    out.append(raw[i:i + 6])
+                i += 6
+            else:
+                out.append(JSON_ESCAPES.get(e, e))
+                i += 2
+        self._pos = i
+        return "".join(out)
+
+
+def stream_synthesis(client: ChatClient, question: str, hits: list[Hit], *, max_chunk_words: int = 120,
+                     max_answer_tokens: int = 256) -> Iterator[str | tuple[str, list[str], dict[str, Any]]]:
+    """:func:`synthesise`, streamed: yields the answer's text pieces as the LLM writes them, then
+    one ``(answer, citations, trace entry)`` tuple. Raises :class:`LLMError` when the endpoint
+    fails (a caller that already sent part of an answer must be told, not handed an apology).
+
+    >>> for piece in stream_synthesis(client, "Who won?", hits):   # doctest: +SKIP
+    ...     print(piece if isinstance(piece, str) else piece[1])
+    """
+    if not hits:
+        text = "I do not know: nothing was retrieved for this question."
+        yield text
+        yield text, [], {"stage": "synthesis", "skipped": "nothing retrieved"}
+        return
+    from ..llm.client import json_constraint
+
+    ids = [h.chunk_id for h in hits]
+    t0 = time.perf_counter()
+    dialect = getattr(getattr(client, "config", None), "dialect", "openai")
+    parser = AnswerFieldStream()
+    for piece in client.stream(synthesis_messages(question, hits, max_chunk_words), max_tokens=max_answer_tokens,
+                               **json_constraint(dialect, answer_schema(ids))):
+        text = parser.feed(piece)
+        if text:
+            yield text
+    answer, cited = parse_answer(parser.raw, ids)
+    if not parser.done and answer and parser._pos is None:
+        yield answer  # a server that ignored the schema: what parse_answer salvaged
+    yield answer, cited, {"stage": "synthesis", "citations": len(cited), "streamed": True,
+                          "latency_ms": round((time.perf_counter() - t0) * 1000, 3)}
 
 
 class ScopedRAG:

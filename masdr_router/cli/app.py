@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from . import answer, data, demo, evaluate, index, route, synth, train
+from . import answer, data, demo, evaluate, index, route, serve, synth, train
 from .common import err
 
 app = typer.Typer(help="Scope-first RAG: route a query to its organisational scope, search only there.",
@@ -27,6 +27,7 @@ app.command("ask")(answer.ask)
 app.add_typer(answer.llm_app, name="llm")
 app.command("demo")(demo.demo)
 app.command("synth-queries")(synth.synth_queries)
+app.command("serve")(serve.serve)
 
 
 def _version(value: bool) -> None:

@@ -230,11 +230,18 @@ class LLMClient:
         return parse_choice(self.config.dialect, content, choices, key=key), choice
 
     def stream(self, messages: list[dict[str, Any]], **kw: Any) -> Iterator[str]:
-        """Yield the answer's text as it is generated."""
-        for chunk in self._create(messages, stream=True, **kw):
-            delta = chunk.choices[0].delta.content if chunk.choices else None
-            if delta:
-                yield delta
+        """Yield the answer's text as it is generated; a connection lost mid-stream is an LLMError."""
+        import openai
+
+        try:
+            for chunk in self._create(messages, stream=True, **kw):
+                delta = chunk.choices[0].delta.content if chunk.choices else None
+                if delta:
+                    yield delta
+        except openai.OpenAIError as e:
+            raise LLMError(f"LLM endpoint {self.config.base_url} failed while streaming: {type(e).__name__}") from None
+        except (ValueError, AttributeError, IndexError):
+            raise LLMError(f"LLM endpoint {self.config.base_url} streamed malformed data") from None
 
     def map(self, fn: Callable[[T], Any], items: Sequence[T]) -> list[Any]:
         """``[fn(x) for x in items]`` with at most ``config.concurrency`` requests in flight."""

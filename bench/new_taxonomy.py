@@ -1,0 +1,227 @@
+"""A new taxonomy, as a new user meets it: what the default router does to retrieval, and how far a
+router trained on the corpus alone (no labelled query) gets.
+
+For each data set, on the split `masdr data prepare` writes (seeded, stratified 70/10/20):
+
+``retrieval``: build the index (cached under --work), train the default router on train (val given,
+as the demo does), choose its threshold for retrieval on val exactly as `masdr train --index` does,
+and compare on the test queries, both recall guards on (``global_head=1``, ``global_in_scope``):
+global search, the router at the classification threshold (0.95 accuracy when answered), the router
+at the threshold chosen for retrieval, ``+vote`` with its stored threshold and weight, and the
+oracle scope. P@10 and R@10.
+
+``coldstart``: pseudo-queries from the corpus (`masdr synth-queries`, none leaking val or test), a
+router trained on them alone (`masdr train --corpus C` without --train), against the regex router,
+the zero-shot LLM router on the embedded llama.cpp server (constrained choice) and the router trained
+on the labelled queries, on the same seeded sample of test queries: top-1 macro-F1 and accuracy.
+
+    python bench/new_taxonomy.py --datasets bbc 20ng composite django-docs sqlalchemy-docs \
+        [--parts retrieval coldstart] [--llm-queries 150] [--per-scope 300]
+
+Resumable: finished (data set, part) cells are kept in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+MAX_DOCS = {"20ng": 100}  # 20 Newsgroups at 100 posts a group keeps a CPU run in hours, not days
+
+
+def load(name: str) -> tuple[Any, dict[str, list[Any]]]:
+    from masdr_router.datasets import load_dataset
+    from masdr_router.datasets.splits import stratified_split
+
+    ds = load_dataset(name, max_docs_per_scope=MAX_DOCS.get(name), seed=0)
+    return ds, stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
+
+
+def get_index(ds: Any, work: Path) -> Any:
+    from masdr_router.retrieval.index import ScopedIndex
+
+    path = work / f"{ds.name}-index"
+    if (path / "manifest.json").is_file():
+        return ScopedIndex.load(path, taxonomy=ds.taxonomy)
+    index = ScopedIndex.build(ds.taxonomy, ds.documents, progress=True)
+    index.save(path, overwrite=True)
+    return index
+
+
+def labelled_router(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any) -> tuple[Path, dict[str, Any], float]:
+    """The default router on the labelled train split (val given), cached under --work."""
+    from masdr_router.training.trainer import train_router
+
+    path = work / f"{ds.name}-router"
+    meta = path / "bench.json"
+    if meta.is_file():
+        info = json.loads(meta.read_text())
+        return path, info["result"], info["train_s"]
+    t0 = time.perf_counter()
+    res = train_router(ds.taxonomy, split["train"], split["val"], cfg)
+    train_s = time.perf_counter() - t0
+    res.router.save_pretrained(path, overwrite=True)
+    result = {"held_out": None, "regime": res.extra.get("regime"), "model": res.extra.get("selection", {}).get("model"),
+              "classification_threshold": res.router.threshold}
+    meta.write_text(json.dumps({"result": result, "train_s": train_s}))
+    return path, result, train_s
+
+
+def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k: int) -> dict[str, Any]:
+    from masdr_router import SearchConfig
+    from masdr_router.evaluation.retrieval import evaluate_retrieval
+    from masdr_router.routers.lora import LoraRouter
+    from masdr_router.routers.vote import RetrievalVoteRouter
+    from masdr_router.training.thresholds import fit_retrieval_thresholds
+
+    index = get_index(ds, work)
+    search = SearchConfig(global_head=1, global_in_scope=True)
+    path, info, train_s = labelled_router(ds, split, work, cfg)
+    router = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
+    val = split["val"]
+    # the same fit `masdr train --index` runs, on the same held-out (val) queries
+    probs = router.predict_proba([q.query for q in val])
+    t0 = time.perf_counter()
+    fit = fit_retrieval_thresholds(index, val, probs, search=search, k=k)
+    fit_s = time.perf_counter() - t0
+    cls = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
+    cls.threshold = info["classification_threshold"]
+    ret = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
+    ret.threshold = fit["router"]["threshold"]
+    vote = RetrievalVoteRouter(ret, index, threshold=fit["vote"]["threshold"], beta=fit["vote"]["beta"], search=search)
+    rep = evaluate_retrieval(index, split["test"], {"router@classification": cls, "router@retrieval": ret,
+                                                   "router+vote": vote, "global": _named(index, "global"),
+                                                   "oracle": _named(index, "oracle")}, k=k, cfg=search)
+    systems = {name: {key: s[key] for key in ("p_at_k", "r_at_k", "routed_rate", "routing_accuracy",
+                                              "searched_fraction")} for name, s in rep["systems"].items()}
+    return {"k": k, "n_test": len(split["test"]), "n_val": len(val), "train_s": round(train_s, 1),
+            "fit_s": round(fit_s, 1),
+            "thresholds": {"classification": info["classification_threshold"], "retrieval": fit["router"]["threshold"],
+                           "vote": fit["vote"]["threshold"], "vote_beta": fit["vote"]["beta"]},
+            "systems": systems}
+
+
+def _named(index: Any, name: str) -> Any:
+    from masdr_router.routers.spec import build_router
+
+    return build_router(name, index=index)
+
+
+def part_coldstart(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any,
+                   args: argparse.Namespace) -> dict[str, Any]:
+    from masdr_router import evaluate_router
+    from masdr_router.llm.client import LLMClient
+    from masdr_router.llm.config import LLMConfig
+    from masdr_router.llm.server import LocalLLMServer
+    from masdr_router.querygen import SynthConfig, synthesize_queries
+    from masdr_router.routers.lora import LoraRouter
+    from masdr_router.routers.spec import build_router
+    from masdr_router.training.trainer import train_router
+
+    t0 = time.perf_counter()
+    synth = synthesize_queries(ds.taxonomy, ds.documents, config=SynthConfig(per_scope=args.per_scope),
+                               held_out=[*split["val"], *split["test"]])
+    synth_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    cold = train_router(ds.taxonomy, [], None, cfg, pseudo=synth.queries)
+    cold_s = time.perf_counter() - t0
+    path, _, labelled_s = labelled_router(ds, split, work, cfg)
+    labelled = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
+    # test files are grouped by scope: a seeded sample keeps every scope
+    sample = random.Random(0).sample(split["test"], min(args.llm_queries, len(split["test"])))
+    rows: dict[str, Any] = {}
+
+    def row(name: str, router: Any, train_s: float | None) -> None:
+        rep = evaluate_router(router, sample)
+        rows[name] = {"macro_f1": rep["top1_macro_f1"], "accuracy": rep["top1_accuracy"],
+                      "abstain_rate": rep["abstain_rate"], "train_s": None if train_s is None else round(train_s, 1),
+                      "llm_calls_per_query": rep["llm_calls_per_query"]}
+        print(ds.name, name, rows[name], flush=True)
+
+    row("regex", build_router("regex", taxonomy=ds.taxonomy), None)
+    row("corpus-only", cold.router, cold_s)
+    row("labelled", labelled, labelled_s)
+    if not args.no_llm:
+        with LocalLLMServer() as srv:
+            client = LLMClient(LLMConfig(base_url=srv.base_url, timeout_s=300, concurrency=2))
+            row("llm-zero-shot", build_router("llm", taxonomy=ds.taxonomy, llm=client), None)
+    return {"n_sample": len(sample), "n_pseudo": len(synth.candidates), "per_scope": args.per_scope,
+            "synth_s": round(synth_s, 1), "dropped": synth.report.get("dropped"),
+            "n_labelled": len(split["train"]), "systems": rows}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=["bbc", "20ng", "composite", "django-docs", "sqlalchemy-docs"])
+    ap.add_argument("--parts", nargs="+", default=["retrieval", "coldstart"], choices=["retrieval", "coldstart"])
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--llm-queries", type=int, default=150, help="test queries sampled for the cold-start rows")
+    ap.add_argument("--no-llm", action="store_true", help="skip the zero-shot LLM row")
+    ap.add_argument("--per-scope", type=int, default=300, help="pseudo-queries per scope for the corpus-only router")
+    ap.add_argument("--work", type=Path, default=Path("runs/bench"), help="indexes and routers are cached here")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/new_taxonomy.json"))
+    args = ap.parse_args(argv)
+
+    from masdr_router import TrainConfig
+
+    cfg = TrainConfig(progress=False, device="cpu")
+    report: dict[str, Any] = {"machine": platform.platform(), "cpus": os.cpu_count(), "results": {}}
+    if args.out.exists():
+        report["results"] = json.loads(args.out.read_text()).get("results", {})
+    args.work.mkdir(parents=True, exist_ok=True)
+    for name in args.datasets:
+        ds, split = load(name)
+        for part in args.parts:
+            key = f"{name}/{part}"
+            if key in report["results"]:
+                continue
+            print(f"== {key}", flush=True)
+            t0 = time.perf_counter()
+            res = (part_retrieval(ds, split, args.work, cfg, args.k) if part == "retrieval"
+                   else part_coldstart(ds, split, args.work, cfg, args))
+            res["wall_s"] = round(time.perf_counter() - t0, 1)
+            print(json.dumps({key: res}), flush=True)
+            report["results"][key] = res
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=2))
+    print_tables(report["results"])
+    return report
+
+
+def print_tables(results: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title="routed retrieval on the test queries (P@10 / R@10), both recall guards on")
+    cols = ["global", "router@classification", "router@retrieval", "router+vote", "oracle"]
+    for c in ["set", *cols]:
+        t.add_column(c, justify="left" if c == "set" else "right")
+    for key, r in results.items():
+        if key.endswith("/retrieval"):
+            t.add_row(key.split("/")[0], *(f"{r['systems'][c]['p_at_k']:.3f} / {r['systems'][c]['r_at_k']:.3f}"
+                                           for c in cols))
+    console.print(t)
+    t = Table(title="cold start: top-1 macro-F1 (accuracy) on a test sample")
+    cols = ["regex", "llm-zero-shot", "corpus-only", "labelled"]
+    for c in ["set", "n", *cols]:
+        t.add_column(c, justify="left" if c == "set" else "right")
+    for key, r in results.items():
+        if key.endswith("/coldstart"):
+            s = r["systems"]
+            t.add_row(key.split("/")[0], str(r["n_sample"]), *(f"{s[c]['macro_f1']:.3f} ({s[c]['accuracy']:.3f})"
+                                                               if c in s else "-" for c in cols))
+    console.print(t)
+
+
+if __name__ == "__main__":
+    main()
