@@ -205,7 +205,7 @@ CASES: list[tuple[str, Args, str]] = [
     ("serve-unknown-router", lambda c: ["serve", "--taxonomy", c.taxonomy, "--router", "nosuch"],
      r"unknown router 'nosuch'"),
     ("serve-nothing-to-serve", lambda c: ["serve", "--router", "regex"],
-     r"serve needs a taxonomy \(--taxonomy\) or an index"),
+     r"serve needs a taxonomy \(--taxonomy\), an index .* or an exported router artifact"),
     ("serve-keys-unknown-scope", lambda c: ["serve", "--taxonomy", c.taxonomy, "--api-keys", c.file(
         "keys.yaml", "keys:\n  - name: a\n    key_sha256: " + "ab" * 32 + "\n    scopes: [weather]\n")],
      r"keys\.yaml: field 'keys\[0\]': unknown scope 'weather'"),

@@ -81,9 +81,9 @@ class ServiceState:
         from ..taxonomy import Taxonomy
 
         cfg = self.cfg
-        if cfg.taxonomy is None and cfg.index is None:
-            raise UsageError("serve needs a taxonomy (--taxonomy) or an index (--index, whose taxonomy is used)")
         tax = Taxonomy.from_yaml(cfg.taxonomy) if cfg.taxonomy else None
+        if tax is None and cfg.index is None:
+            tax = self._artifact_taxonomy()
         self.index = ScopedIndex.load(cfg.index, taxonomy=tax) if cfg.index else None
         self.taxonomy = tax or self.index.taxonomy  # type: ignore[union-attr]
         # serving defaults to both recall guards: routing should raise precision, never cost recall
@@ -96,6 +96,18 @@ class ServiceState:
             self.index.warm()
         self.ready = True
         log.info("serving router %s over %s", self.current.spec, cfg.index or "no index (route only)")
+
+    def _artifact_taxonomy(self) -> Taxonomy:
+        """Route-only serving of an exported router: the taxonomy it carries."""
+        from ..routers.lora.files import TAXONOMY_FILE
+        from ..routers.spec import parse_router_spec
+        from ..taxonomy import Taxonomy
+
+        for stage in parse_router_spec(self.cfg.router).stages:
+            if stage.is_artifact and (Path(stage.base) / TAXONOMY_FILE).is_file():
+                return Taxonomy.from_yaml(Path(stage.base) / TAXONOMY_FILE)
+        raise UsageError("serve needs a taxonomy (--taxonomy), an index (--index, whose taxonomy is used) or an "
+                         "exported router artifact (which carries its taxonomy)")
 
     def _initial_router(self) -> LoadedRouter:
         """The last router that loaded (``state_file``), else the configured one."""
