@@ -35,6 +35,7 @@ _EXPORTS = {
     "evaluate_router": "evaluation.router", "evaluate_retrieval": "evaluation.retrieval",
     "ScopedIndex": "retrieval.index", "Hit": "retrieval.index", "Embedder": "retrieval.embedder",
     "load_dataset": "datasets", "SynthConfig": "querygen", "synthesize_queries": "querygen",
+    "ServeConfig": "serve.config", "create_app": "serve.app",
 }
 
 __all__ = ["__version__", *_EXPORTS]

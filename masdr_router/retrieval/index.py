@@ -73,7 +73,7 @@ class ScopedIndex:
         self.config = config
         self.stats = stats or {}
         self._embedder = embedder
-        self.backend = resolve_backend(config.backend)
+        self.backend = resolve_backend(config.backend, self._device())
         self.shard_rows: dict[str | None, np.ndarray] = {
             name: np.array([i for i, s in enumerate(chunk_scopes) if name in s], dtype=np.int64)
             for name in taxonomy.names}
