@@ -362,3 +362,14 @@ def test_a_router_that_fails_to_load_leaves_the_service_unready(bbc_index_dir, t
         assert httpx.get(f"{srv.url}/health").status_code == 200
         r = httpx.post(f"{srv.url}/v1/route", json={"query": "goal"})
         assert r.status_code == 503 and "not ready" in r.json()["error"]["message"]
+
+
+def test_a_request_over_the_timeout_is_a_504_and_the_service_stays_up(small_router, bbc_index_dir):
+    from masdr_router.serve import ServeConfig, create_app
+
+    # answering takes far longer than a millisecond; routing alone is quicker but not that quick
+    cfg = ServeConfig(router=str(small_router), index=str(bbc_index_dir), request_timeout_s=0.001)
+    with LiveServer(create_app(cfg)) as srv:
+        r = httpx.post(f"{srv.url}/v1/search", json={"query": BUSINESS_QUERY})
+        assert r.status_code == 504 and r.json()["error"]["type"] == "timeout"
+        assert httpx.get(f"{srv.url}/ready").status_code == 200

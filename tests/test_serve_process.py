@@ -158,3 +158,19 @@ def _wait(cond, timeout: float = 60) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("condition not met in time")
+
+
+def test_several_worker_processes_serve_the_same_router(routers, tmp_path):
+    srv = Served("--router", routers["a"], "--workers", "2", tmp=tmp_path)
+    try:
+        with httpx.Client(base_url=srv.url, timeout=60) as client:
+            scopes = {client.post("/v1/route", json={"query": BUSINESS_QUERY}).json()["results"][0]["scope"]
+                      for _ in range(8)}
+        assert len(scopes) == 1  # every worker loaded the same artifact
+        workers = [pid for pid in subprocess.run(["pgrep", "-P", str(srv.proc.pid)], capture_output=True,
+                                                  text=True).stdout.split()
+                   if "masdr_router" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                   or "multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+        assert len(workers) >= 2, workers
+    finally:
+        srv.stop()
