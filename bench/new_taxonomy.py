@@ -76,38 +76,60 @@ def labelled_router(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any) 
     return path, result, train_s
 
 
-def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k: int) -> dict[str, Any]:
+def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k: int,
+                   per_scope: int | None = None) -> dict[str, Any]:
+    """With ``per_scope``: the small-data case a new agency starts in -- that many labelled queries
+    per scope from train+val, no validation file (so the cross-validated regime), the thresholds
+    fitted on the out-of-fold predictions, exactly as `masdr train --index` does without --val."""
     from masdr_router import SearchConfig
-    from masdr_router.evaluation.retrieval import evaluate_retrieval
     from masdr_router.routers.lora import LoraRouter
-    from masdr_router.routers.vote import RetrievalVoteRouter
     from masdr_router.training.thresholds import fit_retrieval_thresholds
+    from masdr_router.training.trainer import train_router
 
     index = get_index(ds, work)
     search = SearchConfig(global_head=1, global_in_scope=True)
-    path, info, train_s = labelled_router(ds, split, work, cfg)
-    router = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
-    val = split["val"]
-    # the same fit `masdr train --index` runs, on the same held-out (val) queries
-    probs = router.predict_proba([q.query for q in val])
     t0 = time.perf_counter()
-    fit = fit_retrieval_thresholds(index, val, probs, search=search, k=k)
+    if per_scope is None:
+        path, info, train_s = labelled_router(ds, split, work, cfg)
+        router = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
+        held, cls_threshold = split["val"], info["classification_threshold"]
+        probs = router.predict_proba([q.query for q in held])
+        regime = info.get("regime")
+    else:
+        from learning_curve import sample_per_scope
+
+        train = sample_per_scope(split["train"] + split["val"], per_scope, seed=0)
+        res = train_router(ds.taxonomy, train, None, cfg)
+        train_s = time.perf_counter() - t0
+        router, (held, probs) = res.router, res.held_out
+        cls_threshold, regime = router.threshold, res.extra["regime"]
+    t0 = time.perf_counter()
+    fit = fit_retrieval_thresholds(index, held, probs, search=search, k=k)
     fit_s = time.perf_counter() - t0
-    cls = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
-    cls.threshold = info["classification_threshold"]
-    ret = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
-    ret.threshold = fit["router"]["threshold"]
-    vote = RetrievalVoteRouter(ret, index, threshold=fit["vote"]["threshold"], beta=fit["vote"]["beta"], search=search)
-    rep = evaluate_retrieval(index, split["test"], {"router@classification": cls, "router@retrieval": ret,
-                                                   "router+vote": vote, "global": _named(index, "global"),
-                                                   "oracle": _named(index, "oracle")}, k=k, cfg=search)
-    systems = {name: {key: s[key] for key in ("p_at_k", "r_at_k", "routed_rate", "routing_accuracy",
-                                              "searched_fraction")} for name, s in rep["systems"].items()}
-    return {"k": k, "n_test": len(split["test"]), "n_val": len(val), "train_s": round(train_s, 1),
-            "fit_s": round(fit_s, 1),
-            "thresholds": {"classification": info["classification_threshold"], "retrieval": fit["router"]["threshold"],
+    systems = compare_thresholds(index, router, cls_threshold, fit, split["test"], search, k)
+    return {"k": k, "n_test": len(split["test"]), "n_held_out": len(held), "per_scope": per_scope,
+            "regime": regime, "train_s": round(train_s, 1), "fit_s": round(fit_s, 1),
+            "thresholds": {"classification": cls_threshold, "retrieval": fit["router"]["threshold"],
                            "vote": fit["vote"]["threshold"], "vote_beta": fit["vote"]["beta"]},
             "systems": systems}
+
+
+def compare_thresholds(index: Any, router: Any, cls_threshold: float, fit: dict[str, Any], test: list[Any],
+                       search: Any, k: int) -> dict[str, Any]:
+    """Global, the router at each threshold, +vote with its fitted threshold and weight, oracle."""
+    import copy
+
+    from masdr_router.evaluation.retrieval import evaluate_retrieval
+    from masdr_router.routers.vote import RetrievalVoteRouter
+
+    cls, ret = copy.copy(router), copy.copy(router)  # shallow: one model, two thresholds
+    cls.threshold, ret.threshold = cls_threshold, fit["router"]["threshold"]
+    vote = RetrievalVoteRouter(ret, index, threshold=fit["vote"]["threshold"], beta=fit["vote"]["beta"], search=search)
+    rep = evaluate_retrieval(index, test, {"router@classification": cls, "router@retrieval": ret,
+                                           "router+vote": vote, "global": _named(index, "global"),
+                                           "oracle": _named(index, "oracle")}, k=k, cfg=search)
+    return {name: {key: s[key] for key in ("p_at_k", "r_at_k", "routed_rate", "routing_accuracy",
+                                           "searched_fraction")} for name, s in rep["systems"].items()}
 
 
 def _named(index: Any, name: str) -> Any:
@@ -162,7 +184,10 @@ def part_coldstart(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any,
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", nargs="+", default=["bbc", "20ng", "composite", "django-docs", "sqlalchemy-docs"])
-    ap.add_argument("--parts", nargs="+", default=["retrieval", "coldstart"], choices=["retrieval", "coldstart"])
+    ap.add_argument("--parts", nargs="+", default=["retrieval", "coldstart"],
+                    choices=["retrieval", "retrieval-small", "coldstart"])
+    ap.add_argument("--small-per-scope", type=int, default=32,
+                    help="labelled queries per scope for the retrieval-small part (no validation file)")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--llm-queries", type=int, default=150, help="test queries sampled for the cold-start rows")
     ap.add_argument("--no-llm", action="store_true", help="skip the zero-shot LLM row")
@@ -181,13 +206,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in args.datasets:
         ds, split = load(name)
         for part in args.parts:
-            key = f"{name}/{part}"
+            key = f"{name}/{part}" + (f"@{args.small_per_scope}" if part == "retrieval-small" else "")
             if key in report["results"]:
                 continue
             print(f"== {key}", flush=True)
             t0 = time.perf_counter()
-            res = (part_retrieval(ds, split, args.work, cfg, args.k) if part == "retrieval"
-                   else part_coldstart(ds, split, args.work, cfg, args))
+            if part == "coldstart":
+                res = part_coldstart(ds, split, args.work, cfg, args)
+            else:
+                res = part_retrieval(ds, split, args.work, cfg, args.k,
+                                     args.small_per_scope if part == "retrieval-small" else None)
             res["wall_s"] = round(time.perf_counter() - t0, 1)
             print(json.dumps({key: res}), flush=True)
             report["results"][key] = res
@@ -207,9 +235,9 @@ def print_tables(results: dict[str, Any]) -> None:
     for c in ["set", *cols]:
         t.add_column(c, justify="left" if c == "set" else "right")
     for key, r in results.items():
-        if key.endswith("/retrieval"):
-            t.add_row(key.split("/")[0], *(f"{r['systems'][c]['p_at_k']:.3f} / {r['systems'][c]['r_at_k']:.3f}"
-                                           for c in cols))
+        if "/retrieval" in key:
+            label = key.split("/")[0] + (f" ({r['per_scope']}/scope)" if r.get("per_scope") else "")
+            t.add_row(label, *(f"{r['systems'][c]['p_at_k']:.3f} / {r['systems'][c]['r_at_k']:.3f}" for c in cols))
     console.print(t)
     t = Table(title="cold start: top-1 macro-F1 (accuracy) on a test sample")
     cols = ["regex", "llm-zero-shot", "corpus-only", "labelled"]
