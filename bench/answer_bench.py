@@ -1,7 +1,8 @@
 """Answer-path benchmark: the single-call scoped pipeline against the MASDR-RAG orchestrator.
 
 Both run on the same index, the same test questions and the same LLM endpoint (the embedded
-llama.cpp + SmolLM2 server unless --llm-url is given), and both end with the same constrained
+llama.cpp + SmolLM2 server, or with --engine vllm the development vLLM serving the same model with
+real tool calling, unless --llm-url is given), and both end with the same constrained
 synthesis call, so the difference is how the context was gathered:
 
 - ``single-call``: router -> scoped hybrid search (k chunks) -> one synthesis call;
@@ -14,7 +15,7 @@ from the question's scope), citation_valid (every citation is a retrieved chunk 
 question and latency. With --judge-url, faithfulness by a distinct judge endpoint as well.
 
     python bench/answer_bench.py --index runs/demo/bbc-index --queries runs/demo/bbc/test.jsonl \\
-        --router checkpoints/bbc-router [--n 40] [--out bench/results]
+        --router checkpoints/bbc-router [--n 40] [--engine vllm --tool-protocol native] [--out bench/results]
 """
 
 from __future__ import annotations
@@ -68,10 +69,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--k", type=int, default=3, help="chunks per search")
     ap.add_argument("--max-rounds", type=int, default=5)
     ap.add_argument("--tool-protocol", default="auto", choices=["auto", "native", "json"])
-    ap.add_argument("--llm-url", default=None, help="OpenAI-compatible endpoint (default: embedded server)")
+    ap.add_argument("--llm-url", default=None, help="OpenAI-compatible endpoint (default: the --engine server)")
+    ap.add_argument("--llm-model", default=None, help="model name at --llm-url")
+    ap.add_argument("--llm-dialect", default="openai", choices=["openai", "vllm", "vllm-legacy"])
+    ap.add_argument("--engine", default="llama.cpp", choices=["llama.cpp", "vllm"],
+                    help="without --llm-url: start the embedded llama.cpp server, or the development vLLM "
+                         "(scripts/vllm-cpu-server.sh --setup first), with native tool calling")
     ap.add_argument("--judge-url", default=None, help="a distinct judge endpoint for faithfulness")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
 
     import contextlib
 
@@ -95,8 +102,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     spec = parse_router_spec(args.router)
     with contextlib.ExitStack() as stack:
         # no --llm-url: the embedded server, with the client settings `masdr ask --local` uses
-        cfg = LLMConfig(base_url=args.llm_url, timeout_s=300) if args.llm_url else None
-        client = stack.enter_context(open_client(cfg, local=args.llm_url is None))
+        if args.llm_url:
+            cfg = LLMConfig(base_url=args.llm_url, timeout_s=300, dialect=args.llm_dialect,
+                            **({"model": args.llm_model} if args.llm_model else {}))
+            client = LLMClient(cfg)
+        elif args.engine == "vllm":
+            from masdr_router.llm.connect import EMBEDDED_CLIENT_SETTINGS
+            from masdr_router.llm.vllm_server import VLLMServer
+
+            srv = stack.enter_context(VLLMServer(log=args.out / "vllm.log"))
+            client = LLMClient(LLMConfig(base_url=srv.base_url, model=srv.model, dialect="vllm",
+                                         **EMBEDDED_CLIENT_SETTINGS))
+        else:
+            client = stack.enter_context(open_client(None, local=True))
         report["llm"] = dict(zip(("base_url", "model"), client.endpoint))
         router = build_router(spec, index=index, llm=client)
         systems = {"single-call": ScopedRAG(index, router, client, k=args.k, policy=spec.policy),
@@ -136,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         table.add_row(name, *("-" if s.get(c) is None else f"{s[c]:.3f}" for c in cols))
     Console().print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "answer_bench.json"
+    path = args.out / f"answer_bench{'' if args.llm_url or args.engine == 'llama.cpp' else '-vllm'}.json"
     path.write_text(json.dumps(report, indent=2))
     print(f"wrote {path}")
     return report

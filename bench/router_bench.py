@@ -149,7 +149,8 @@ def bench_dataset(name: str, max_docs: int | None, args: argparse.Namespace) -> 
         import random
 
         sample = random.Random(0).sample(te, min(args.llm_queries, len(te)))  # test files are grouped by scope
-        rows.update(bench_llm(ds.taxonomy, router, sample, labels))
+        for engine in args.llm_engine:
+            rows.update(bench_llm(ds.taxonomy, router, sample, labels, engine))
 
     # --- SetFit, same encoder ---
     if not args.no_setfit:
@@ -164,25 +165,35 @@ def bench_dataset(name: str, max_docs: int | None, args: argparse.Namespace) -> 
             "scopes": len(labels), "systems": rows}
 
 
-def bench_llm(taxonomy, lora, test, labels) -> dict[str, dict[str, Any]]:
+def bench_llm(taxonomy, lora, test, labels, engine: str = "llama.cpp") -> dict[str, dict[str, Any]]:
+    import contextlib
     import tempfile
 
     from masdr_router import build_systems, evaluate_router
     from masdr_router.llm.client import LLMClient
     from masdr_router.llm.config import LLMConfig
-    from masdr_router.llm.server import LocalLLMServer
 
     rows = {}
-    with LocalLLMServer() as srv, tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+        if engine == "vllm":  # the development vLLM serving the same SmolLM2-135M
+            from masdr_router.llm.vllm_server import VLLMServer
+
+            srv = stack.enter_context(VLLMServer())
+            client = LLMClient(LLMConfig(base_url=srv.base_url, model=srv.model, dialect="vllm", timeout_s=300,
+                                         concurrency=2))
+        else:
+            from masdr_router.llm.server import LocalLLMServer
+
+            srv = stack.enter_context(LocalLLMServer())
+            client = LLMClient(LLMConfig(base_url=srv.base_url, timeout_s=300, concurrency=2))
         # the systems are router specs, exactly as `masdr eval router --router SPEC` builds them
         lora_dir = lora.save_pretrained(f"{tmp}/lora")
-        client = LLMClient(LLMConfig(base_url=srv.base_url, timeout_s=300, concurrency=2))
         systems = build_systems(["llm", "llm-logprobs", "regex,llm", f"regex,{lora_dir},llm"], taxonomy=taxonomy,
                                 llm=client)
         names = {"llm": "llm-zero-shot", "llm-logprobs": "llm-logprobs", "regex,llm": "cascade regex>llm",
                  "regex,lora,llm": "cascade regex>lora>llm"}
         for spec_name, (r, _) in systems.items():
-            name = names[spec_name]
+            name = names[spec_name] + ("" if engine == "llama.cpp" else f" ({engine})")
             rep = evaluate_router(r, test)
             rows[name] = {"accuracy": rep["accuracy"], "macro_f1": rep["macro_f1"], "train_s": 0.0,
                           "p50_ms": rep["latency_ms"]["p50"], "throughput_qps": rep["throughput_qps"],
@@ -225,6 +236,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-setfit", action="store_true")
     ap.add_argument("--llm", action="store_true", help="also the zero-shot LLM router and cascades (embedded server)")
     ap.add_argument("--llm-queries", type=int, default=100, help="test queries for the LLM rows")
+    ap.add_argument("--llm-engine", nargs="+", default=["llama.cpp"], choices=["llama.cpp", "vllm"],
+                    help="servers for the LLM rows: the embedded llama.cpp and/or the development vLLM")
     ap.add_argument("--setfit-iterations", type=int, default=5)
     ap.add_argument("--setfit-max-steps", type=int, default=600)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
