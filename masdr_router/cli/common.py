@@ -16,8 +16,11 @@ from ..errors import UsageError
 from ..llm.config import ENV_BASE_URL, ENV_DIALECT, ENV_MODEL, Dialect, LLMConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..llm.protocol import ChatClient
     from ..retrieval.index import ScopedIndex
+    from ..routers.spec import RouterSpec
     from ..taxonomy import Taxonomy
 
 out = Console()
@@ -135,14 +138,20 @@ def connect_llm(stack: contextlib.ExitStack, *, config: Path | None = None, url:
     return stack.enter_context(open_client(cfg, local=local))
 
 
-def taxonomy_and_index(taxonomy: Path | None, index: Path | None) -> tuple[Taxonomy, ScopedIndex | None]:
-    """The taxonomy (from ``--taxonomy``, else the ``--index``'s) and the index when given; an index
-    built for another taxonomy than ``--taxonomy`` is refused."""
+def taxonomy_and_index(taxonomy: Path | None, index: Path | None,
+                       specs: Sequence[RouterSpec] = ()) -> tuple[Taxonomy, ScopedIndex | None]:
+    """The taxonomy (from ``--taxonomy``, else the ``--index``'s, else the one an exported router
+    among ``specs`` carries) and the index when given; an index built for another taxonomy than
+    ``--taxonomy`` is refused."""
     from ..errors import UsageError
     from ..retrieval.index import ScopedIndex
+    from ..routers.spec import artifact_taxonomy
     from ..taxonomy import Taxonomy
 
     if taxonomy is None and index is None:
+        carried = artifact_taxonomy(specs)
+        if carried is not None:
+            return carried, None
         raise UsageError("give --taxonomy (or --index, whose taxonomy is used)")
     tax = Taxonomy.from_yaml(taxonomy) if taxonomy else None
     idx = ScopedIndex.load(index, taxonomy=tax) if index else None

@@ -120,7 +120,7 @@ def router_(
     if any(s.policy != "router" for s in specs):
         raise UsageError("a routing policy (':POLICY') decides what retrieval searches; "
                          "evaluate it with `masdr eval retrieval`")
-    tax, idx = taxonomy_and_index(taxonomy, index)
+    tax, idx = taxonomy_and_index(taxonomy, index, specs)
     qs = read_queries(queries, tax)
     with contextlib.ExitStack() as stack:
         client = connect_llm(stack, config=llm_cfg, url=llm_url, model=llm_model, dialect=llm_dialect,

@@ -46,7 +46,7 @@ def route(
 
     query = validate_query(query)
     spec = parse_router_spec(one_router(router))
-    tax, idx = taxonomy_and_index(taxonomy, index)
+    tax, idx = taxonomy_and_index(taxonomy, index, [spec])
     with contextlib.ExitStack() as stack:
         client = connect_llm(stack, config=llm_cfg, url=llm_url, model=llm_model, dialect=llm_dialect,
                              local=local) if spec.needs_llm else None

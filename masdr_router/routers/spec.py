@@ -186,12 +186,33 @@ def build_systems(specs: Sequence[str], *, taxonomy: Taxonomy | None = None, ind
     return systems
 
 
+def artifact_taxonomy(specs: Sequence[RouterSpec]) -> Taxonomy | None:
+    """The taxonomy carried by the first exported router (directory or Hub repo) among ``specs``'
+    stages, or ``None``: an artifact is enough to route, no taxonomy file needed."""
+    from .lora.files import TAXONOMY_FILE
+    from .lora.router import resolve_artifact
+
+    for spec in specs:
+        for stage in spec.stages:
+            if stage.base in registered_routers():
+                continue
+            if Path(stage.base, CONFIG_NAME).is_file() or _is_hub_id(stage.base):
+                return Taxonomy.from_yaml(resolve_artifact(stage.base) / TAXONOMY_FILE)
+    return None
+
+
+def _is_hub_id(text: str) -> bool:
+    from .lora.router import is_hub_id
+
+    return is_hub_id(text)
+
+
 def _build_stage(stage: StageSpec, taxonomy: Taxonomy, index: SearchIndex | None, llm: ChatClient | None,
                  search: SearchConfig | None) -> Router:
     factories = registered_routers()
     if stage.base in factories:
         router = factories[stage.base](taxonomy, index=index, llm=llm)
-    elif Path(stage.base, CONFIG_NAME).is_file():
+    elif Path(stage.base, CONFIG_NAME).is_file() or _is_hub_id(stage.base):
         from .lora import LoraRouter
 
         router = LoraRouter.from_pretrained(stage.base, taxonomy=taxonomy)

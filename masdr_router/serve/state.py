@@ -99,15 +99,13 @@ class ServiceState:
 
     def _artifact_taxonomy(self) -> Taxonomy:
         """Route-only serving of an exported router: the taxonomy it carries."""
-        from ..routers.lora.files import TAXONOMY_FILE
-        from ..routers.spec import parse_router_spec
-        from ..taxonomy import Taxonomy
+        from ..routers.spec import artifact_taxonomy, parse_router_spec
 
-        for stage in parse_router_spec(self.cfg.router).stages:
-            if stage.is_artifact and (Path(stage.base) / TAXONOMY_FILE).is_file():
-                return Taxonomy.from_yaml(Path(stage.base) / TAXONOMY_FILE)
-        raise UsageError("serve needs a taxonomy (--taxonomy), an index (--index, whose taxonomy is used) or an "
-                         "exported router artifact (which carries its taxonomy)")
+        carried = artifact_taxonomy([parse_router_spec(self.cfg.router)])
+        if carried is None:
+            raise UsageError("serve needs a taxonomy (--taxonomy), an index (--index, whose taxonomy is used) or an "
+                             "exported router artifact (which carries its taxonomy)")
+        return carried
 
     def _initial_router(self) -> LoadedRouter:
         """The last router that loaded (``state_file``), else the configured one."""

@@ -14,9 +14,39 @@ def _f(v: Any) -> str:
     return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
+def card_data(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) -> Any:
+    """The card's metadata (the YAML front matter the Hugging Face Hub reads): library, pipeline
+    tag, a portable ``base_model``, tags, and the evaluation in ``model-index``."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    from ..retrieval.embedder import portable_encoder_name
+
+    name = f"{router.taxonomy.name}-scope-router"
+    results = []
+    ev = metrics.get("evaluation") or {}
+    if ev:
+        lora = ev["lora"]
+        for metric_type, key, label in (("accuracy", "top1_accuracy", "top-1 accuracy"),
+                                        ("f1", "top1_macro_f1", "top-1 macro-F1"),
+                                        ("accuracy", "accuracy", "accuracy with abstention"),
+                                        ("f1", "macro_f1", "macro-F1 with abstention")):
+            if lora.get(key) is not None:
+                results.append(EvalResult(task_type="text-classification", dataset_type=router.taxonomy.name,
+                                          dataset_name=f"{router.taxonomy.name} {ev['split']} queries",
+                                          dataset_split=ev["split"], metric_type=metric_type,
+                                          metric_value=float(lora[key]), metric_name=label))
+    return ModelCardData(library_name="masdr-router", pipeline_tag="text-classification",
+                         base_model=portable_encoder_name(cfg.base_model),
+                         tags=["masdr-router", "scope-routing", "rag", "lora", "peft", "text-classification"],
+                         model_name=name, eval_results=results or None)
+
+
 def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) -> str:
+    """README.md of an exported router: YAML front matter (:func:`card_data`), then what it is,
+    how it was trained, its evaluation, calibration and the taxonomy."""
     cal = metrics["calibration"]
     lines = [
+        "---", card_data(router, metrics, cfg).to_yaml(), "---", "",
         f"# LoRA scope router for taxonomy `{router.taxonomy.name}`",
         "",
         f"Routes a query to one of {len(router.labels)} scopes ({', '.join(router.labels)}), or abstains when its",
@@ -49,6 +79,13 @@ def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) ->
                          f"{_f(r['abstain_rate'])} | {_f(r['accuracy_when_answered'])} | {_f(r['ece'])} | "
                          f"{_f(r['latency_ms']['p50'])} |")
         lines += ["", "Accuracy and macro-F1 count abstentions as misses; top-1 ignores the threshold.", ""]
+    lines += ["## Intended use", "",
+              "Route a user's query to the organisational scope whose documents should answer it, so that",
+              "retrieval searches only that scope (scope-first RAG). Below its threshold it abstains and the",
+              "caller searches more widely. It knows only the scopes below; a query about anything else is",
+              "routed to the closest of them or abstained on, never refused.", "",
+              "## Taxonomy", "", "| scope | description |", "|---|---|",
+              *[f"| {sc.name} | {' '.join(sc.description.split())} |" for sc in router.taxonomy.scopes], ""]
     history = metrics["history"]
     cols = [c for c in ("train_loss", "val_loss", "val_accuracy", "val_macro_f1", "cv_accuracy", "cv_macro_f1")
             if any(c in h for h in history)]

@@ -170,6 +170,7 @@ class LoraRouter(Router):
             encoder = self.model.encoder
             if hasattr(encoder, "merge_and_unload"):  # a peft model: keep adapters, serve merged
                 encoder.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
+                _portable_adapter_base(tmp / ADAPTER_DIR, self.meta.get("base_model"))
                 merged = copy.deepcopy(encoder).merge_and_unload()
             else:
                 merged = encoder
@@ -184,6 +185,25 @@ class LoraRouter(Router):
             # Written last: a directory without it is never taken for a router.
             (tmp / CONFIG_NAME).write_text(json.dumps(self.router_config(), indent=2) + "\n")
         return Path(out)
+
+    def push_to_hub(self, repo_id: str, *, private: bool = True, token: str | None = None,
+                    commit_message: str = "Upload masdr-router scope router", metrics: dict[str, Any] | None = None,
+                    card: str | None = None) -> str:
+        """Save the artifact and upload it to the Hugging Face Hub as a model repo (private by
+        default); returns the commit URL. ``from_pretrained(repo_id)`` loads it back.
+
+        >>> router.push_to_hub("my-org/bbc-scope-router")      # doctest: +SKIP
+        """
+        import tempfile
+
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = self.save_pretrained(Path(tmp) / "router", metrics=metrics, card=card)
+            api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+            info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message=commit_message)
+        return str(getattr(info, "commit_url", info))
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, taxonomy: Taxonomy | None = None,
@@ -201,7 +221,7 @@ class LoraRouter(Router):
 
         if runtime not in RUNTIMES:
             raise MasdrError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
-        path = Path(path)
+        path = resolve_artifact(path)
         cfg = read_router_config(path)
         stored = Taxonomy.from_yaml(path / TAXONOMY_FILE)
         want = cfg["taxonomy"]["fingerprint"]
@@ -232,6 +252,45 @@ class LoraRouter(Router):
         return cls(taxonomy or stored, model, tokenizer, temperature=cfg["temperature"], threshold=cfg["threshold"],
                    below_threshold=cfg.get("below_threshold", "abstain"), max_length=cfg["max_length"], meta=meta,
                    device=dev, onnx=onnx)
+
+
+def is_hub_id(text: str) -> bool:
+    """``owner/name`` that is not a local path."""
+    return text.count("/") == 1 and not text.startswith((".", "/", "~")) and not Path(text).exists() and \
+        all(part and part.strip() == part for part in text.split("/"))
+
+
+def resolve_artifact(path: str | Path) -> Path:
+    """A router directory, or a Hugging Face Hub repo id resolved through ``huggingface_hub``
+    (from its local cache when ``HF_HUB_OFFLINE=1``, as everywhere in this package).
+
+    >>> resolve_artifact("checkpoints/bbc-router")               # doctest: +SKIP
+    >>> resolve_artifact("my-org/bbc-scope-router")             # doctest: +SKIP
+    """
+    if not is_hub_id(str(path)):
+        return Path(path)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        return Path(snapshot_download(str(path)))
+    except (LocalEntryNotFoundError, RepositoryNotFoundError, HFValidationError, OSError) as e:
+        raise ArtifactError(f"'{path}' is not a router directory, and as a Hugging Face Hub repo it could not be "
+                            f"resolved ({type(e).__name__}; offline, only repos in the local Hub cache are found)"
+                            ) from None
+
+
+def _portable_adapter_base(adapter_dir: Path, base_model: str | None) -> None:
+    """PEFT records the base model as the path it was loaded from (a site-packages directory of
+    the training machine); record a name that resolves elsewhere instead."""
+    from ...retrieval.embedder import portable_encoder_name
+
+    cfg_path = adapter_dir / "adapter_config.json"
+    if base_model is None or not cfg_path.is_file():
+        return
+    cfg = json.loads(cfg_path.read_text())
+    cfg["base_model_name_or_path"] = portable_encoder_name(base_model)
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
 def read_router_config(path: Path) -> dict[str, Any]:
