@@ -423,3 +423,57 @@ def test_a_pseudo_query_weighs_corpus_weight_in_the_loss():
     both = a + b
     assert both.weight.tolist() == pytest.approx([1.0, 1.0, 0.3]) and both.features.shape == (3, 4)
     assert both.take(np.array([2])).weight.tolist() == pytest.approx([0.3])
+
+
+def _one_epoch(cfg, tax, qs):
+    """Build a run over ``qs`` and train one epoch; returns the run (the named steps of trainer.py)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+    from masdr_router.training.trainer import build_run, encode, train_one_epoch
+
+    path = resolve_encoder_path("minilm")
+    tok, frozen = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    data = encode(cfg, tax.names, qs, tok, frozen)
+    run = build_run(cfg, tax.names, path, tok, data, None, key="t", epochs=1)
+    before = {n: p.detach().clone() for n, p in run.unwrapped.named_parameters() if p.requires_grad}
+    train_one_epoch(run, 0)
+    moved = sum(float((p.detach() - before[n]).norm()) for n, p in run.unwrapped.named_parameters()
+                if p.requires_grad)
+    return run, moved
+
+
+def test_gradient_accumulation_steps_the_optimizer_once_per_group_of_batches(bbc_queries):
+    tax, qs = bbc_queries
+    base = {**FAST, "batch_size": 8}
+    run, _ = _one_epoch(TrainConfig(**base), tax, qs[:32])
+    accumulated, _ = _one_epoch(TrainConfig(**{**base, "grad_accumulation_steps": 2}), tax, qs[:32])
+
+    def steps(r):
+        return {int(s["step"]) for s in r.optimizer.state_dict()["state"].values()}
+
+    assert steps(run) == {4} and steps(accumulated) == {2}  # 32 queries, batches of 8
+
+
+def test_gradient_clipping_bounds_each_update(bbc_queries):
+    tax, qs = bbc_queries
+    _, free = _one_epoch(TrainConfig(**FAST), tax, qs[:32])
+    _, clipped = _one_epoch(TrainConfig(**{**FAST, "max_grad_norm": 1e-6}), tax, qs[:32])
+    # Adam normalises step sizes, so clipping shows in the first steps' direction and size, not to zero
+    assert clipped != pytest.approx(free, rel=1e-3)
+
+
+def test_wandb_honours_its_variables_and_a_restarted_run_logs_into_the_same_run(bbc_queries, tmp_path,
+                                                                                monkeypatch):
+    tax, qs = bbc_queries
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_PROJECT", "from-the-environment")
+    cfg = TrainConfig(**{**FAST, "epochs": 1, "report_to": "wandb", "wandb_mode": "disabled"})
+    monkeypatch.setenv("WANDB_MODE", "offline")  # wins over the config's "disabled"
+    train_router(tax, qs, None, cfg)
+    train_router(tax, qs, None, cfg)  # the same run again, as after a kill
+    runs = sorted(tmp_path.glob("wandb/offline-run-*"))  # offline-run-<time>-<run id>
+    ids = {r.name.split("-", 3)[3] for r in runs}
+    assert len(runs) == 2 and len(ids) == 1 and ids.pop().startswith("router-")  # one run id, resumed
+    for r in runs:  # the project named by $WANDB_PROJECT is the one recorded in the run
+        assert b"from-the-environment" in next(r.glob("run-*.wandb")).read_bytes()

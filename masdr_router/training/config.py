@@ -49,6 +49,9 @@ class TrainConfig(ConfigBase):
         "help": "with little data, raise the epoch budget until training sees this many optimizer steps"})
     max_epochs: int = field(default=60, metadata={"help": "cap on the raised epoch budget"})
     batch_size: int = 32
+    grad_accumulation_steps: int = field(default=1, metadata={
+        "help": "batches whose gradients add up before one optimizer step (effective batch = batch_size x this)"})
+    max_grad_norm: float = field(default=0.0, metadata={"help": "clip the gradient norm to this (0: no clipping)"})
     learning_rate: float = field(default=1e-3, metadata={"help": "LoRA adapters and head"})
     weight_decay: float = 0.01
     warmup_ratio: float = 0.06
@@ -74,15 +77,15 @@ class TrainConfig(ConfigBase):
         "help": "'abstain' or 'top2' below threshold"})
     # logging
     report_to: Literal["none", "wandb"] = field(default="none", metadata={"help": "'none' or 'wandb'"})
-    wandb_project: str = "masdr-router"
+    wandb_project: str = field(default="masdr-router", metadata={"help": "wandb project ($WANDB_PROJECT wins)"})
     wandb_mode: Literal["offline", "online", "disabled"] = field(default="offline", metadata={
-        "help": "'offline' (default), 'online' or 'disabled'"})
+        "help": "'offline' (default), 'online' or 'disabled' ($WANDB_MODE wins)"})
     progress: bool = True
 
     def validate(self) -> list[tuple[str, bool, str]]:
         positive = [(k, getattr(self, k) > 0, f"must be > 0, got {getattr(self, k)}")
                     for k in ("epochs", "batch_size", "max_length", "lora_r", "lora_alpha", "learning_rate",
-                              "max_epochs", "cv_below")]
+                              "max_epochs", "cv_below", "grad_accumulation_steps")]
         unit = [(k, 0 <= getattr(self, k) < 1, f"must be in [0, 1), got {getattr(self, k)}")
                 for k in ("lora_dropout", "head_dropout", "warmup_ratio", "label_smoothing")]
         return [*positive, *unit,
@@ -98,5 +101,6 @@ class TrainConfig(ConfigBase):
                 ("cv_folds", self.cv_folds >= 2, f"must be >= 2, got {self.cv_folds}"),
                 ("corpus_weight", self.corpus_weight > 0, f"must be > 0, got {self.corpus_weight}"),
                 ("min_steps", self.min_steps >= 0, f"must be >= 0, got {self.min_steps}"),
+                ("max_grad_norm", self.max_grad_norm >= 0, f"must be >= 0 (0: off), got {self.max_grad_norm}"),
                 ("max_epochs", self.max_epochs >= self.epochs,
                  f"must be >= epochs ({self.epochs}), got {self.max_epochs}")]

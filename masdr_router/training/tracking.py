@@ -15,12 +15,17 @@ class Tracker:
     def __init__(self, cfg: TrainConfig, main: bool, run_key: str, extra: dict[str, Any]) -> None:
         self.run: Any = None
         self.run_dir: str | None = None
-        if cfg.report_to != "wandb" or not main or cfg.wandb_mode == "disabled":
+        # wandb's own variables win over the config, as they do for any wandb script
+        mode = os.environ.get("WANDB_MODE") or cfg.wandb_mode
+        if cfg.report_to != "wandb" or not main or mode == "disabled":
             return
         import wandb
 
-        self.run = wandb.init(project=cfg.wandb_project, mode=cfg.wandb_mode, config={**cfg.to_dict(), **extra},
-                              name=f"router-{run_key}", dir=os.environ.get("WANDB_DIR"), reinit="finish_previous",
+        # the run id is the training run's key: a run killed and started again (it resumes from its
+        # checkpoint) goes on logging into the same wandb run
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or cfg.wandb_project, mode=mode,
+                              config={**cfg.to_dict(), **extra}, id=f"router-{run_key}", name=f"router-{run_key}",
+                              resume="allow", dir=os.environ.get("WANDB_DIR"), reinit="finish_previous",
                               settings=wandb.Settings(silent=True))
         self.run_dir = str(Path(self.run.dir).parent)
 

@@ -290,7 +290,8 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
     from .model import build_lora_model
 
     device, mp = resolve_precision(cfg)
-    accelerator = Accelerator(cpu=device == "cpu", mixed_precision=mp)
+    accelerator = Accelerator(cpu=device == "cpu", mixed_precision=mp,
+                              gradient_accumulation_steps=cfg.grad_accumulation_steps)
     model = build_lora_model(base_path, len(labels), pooling=cfg.pooling, head_dropout=cfg.head_dropout,
                              lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                              target_modules=cfg.target_modules)
@@ -376,16 +377,20 @@ def train_one_epoch(run: Run, epoch: int) -> float:
                 group["lr"] = lr_at(epoch * steps + b, total_steps, warmup, cfg.learning_rate)
             ids, mask, y, w = (t[idx].to(acc.device) for t in run.train)
             width = int(mask.sum(1).max())  # trim the padding shared by the whole batch: queries are short
-            with acc.autocast():
-                logits = run.model(ids[:, :width], mask[:, :width]).float()
-            # class- and example-weighted mean: the same as CrossEntropyLoss(weight=...) when every
-            # example weighs 1; a pseudo-query counts corpus_weight of a labelled one
-            per = torch.nn.functional.cross_entropy(logits, y, weight=run.class_weight, reduction="none",
-                                                    label_smoothing=cfg.label_smoothing)
-            loss = (per * w).sum() / (w * run.class_weight[y]).sum().clamp(min=1e-12)
-            acc.backward(loss)
-            run.optimizer.step()
-            run.optimizer.zero_grad(set_to_none=True)
+            # accumulate(): the optimizer steps (and clips) only on every grad_accumulation_steps-th batch
+            with acc.accumulate(run.model):
+                with acc.autocast():
+                    logits = run.model(ids[:, :width], mask[:, :width]).float()
+                # class- and example-weighted mean: the same as CrossEntropyLoss(weight=...) when every
+                # example weighs 1; a pseudo-query counts corpus_weight of a labelled one
+                per = torch.nn.functional.cross_entropy(logits, y, weight=run.class_weight, reduction="none",
+                                                        label_smoothing=cfg.label_smoothing)
+                loss = (per * w).sum() / (w * run.class_weight[y]).sum().clamp(min=1e-12)
+                acc.backward(loss)
+                if cfg.max_grad_norm > 0 and acc.sync_gradients:
+                    acc.clip_grad_norm_(run.model.parameters(), cfg.max_grad_norm)
+                run.optimizer.step()
+                run.optimizer.zero_grad(set_to_none=True)
             total_loss += float(loss.detach()) * len(idx)
             n_seen += len(idx)
             bar.advance()
