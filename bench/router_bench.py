@@ -4,6 +4,7 @@ Systems (all trained on the same train split; hyper-parameters of the baselines 
 same validation split; all scored on the same test split):
 
 - ``lora``        : masdr_router's trained LoRA router (MiniLM + LoRA, default TrainConfig)
+- ``lora-onnx``   : the same router exported to ONNX and served by onnxruntime (no torch)
 - ``tfidf-lr``    : TF-IDF (1-2 grams) + logistic regression
 - ``minilm-lr``   : logistic regression on frozen MiniLM sentence embeddings
 - ``centroid``    : nearest scope centroid of frozen MiniLM embeddings (semantic-router style)
@@ -102,6 +103,22 @@ def bench_dataset(name: str, max_docs: int | None, args: argparse.Namespace) -> 
                     "accuracy_when_answered": round(float(np.mean([decisions[i].scope == yte[i] for i in answered])), 4)
                     if answered else None, "epochs_run": len(res.history), "best_epoch": res.best_epoch}
     print("lora", rows["lora"], flush=True)
+
+    # --- the same router served by onnxruntime (no torch at serving time) ---
+    if not args.no_onnx:
+        import tempfile
+
+        from masdr_router.routers.lora import LoraRouter
+        from masdr_router.training.onnx_export import export_onnx
+
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = router.save_pretrained(f"{tmp}/router")
+            export_onnx(folder, xte[:32])
+            onnx_router = LoraRouter.from_pretrained(folder, runtime="onnx")
+            rows["lora-onnx"] = {**_scores(yte, onnx_router.predict(xte), labels), "train_s": round(train_s, 1),
+                                 "p50_ms": _latency(onnx_router.route, xte),
+                                 "throughput_qps": _throughput(onnx_router.route_batch, xte)}
+        print("lora-onnx", rows["lora-onnx"], flush=True)
 
     # --- TF-IDF + LR ---
     t0 = time.perf_counter()
@@ -234,6 +251,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="one value per data set (0 = all); default: all for bbc/composite, 300 for 20ng")
     ap.add_argument("--set", action="append", default=[], help="TrainConfig override for the LoRA router, k=v")
     ap.add_argument("--no-setfit", action="store_true")
+    ap.add_argument("--no-onnx", action="store_true", help="skip the onnxruntime row of the LoRA router")
     ap.add_argument("--llm", action="store_true", help="also the zero-shot LLM router and cascades (embedded server)")
     ap.add_argument("--llm-queries", type=int, default=100, help="test queries for the LLM rows")
     ap.add_argument("--llm-engine", nargs="+", default=["llama.cpp"], choices=["llama.cpp", "vllm"],

@@ -242,6 +242,15 @@ def test_onnx_export_matches_torch_and_serves(trained, bbc_queries, tmp_path):
     assert json.loads((out / "router_config.json").read_text())["onnx"]["file"] == "router.onnx"
     onnx_router = LoraRouter.from_pretrained(out, runtime="onnx")
     np.testing.assert_allclose(onnx_router.predict_proba(texts), trained.router.predict_proba(texts), atol=1e-4)
+    # a serving install without torch (and without transformers) routes the same
+    expected = trained.router.predict_proba(texts[:5]).tolist()
+    code = ("import sys, json; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+            "from masdr_router.routers.lora import LoraRouter\n"
+            f"r = LoraRouter.from_pretrained({str(out)!r}, runtime='onnx')\n"
+            f"print(json.dumps(r.predict_proba({texts[:5]!r}).tolist()))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(json.loads(proc.stdout), expected, atol=1e-4)
 
 
 @pytest.mark.gpu

@@ -74,12 +74,16 @@ class LoraRouter(Router):
 
     name = "lora"
 
-    def __init__(self, taxonomy: Taxonomy, model: RouterModel, tokenizer: Any, *, temperature: float = 1.0,
+    def __init__(self, taxonomy: Taxonomy, model: RouterModel | None, tokenizer: Any, *, temperature: float = 1.0,
                  threshold: float = 0.0, below_threshold: str = "abstain", max_length: int = 64,
-                 meta: dict[str, Any] | None = None, device: str | None = None, onnx: OnnxLogits | None = None) -> None:
+                 meta: dict[str, Any] | None = None, device: str | None = None, onnx: OnnxLogits | None = None,
+                 pooling: str | None = None) -> None:
         super().__init__(taxonomy)
-        self.model = model.eval()
+        if model is None and onnx is None:
+            raise MasdrError("a LoraRouter needs a model or an ONNX session")
+        self.model = model.eval() if model is not None else None
         self.onnx = onnx  # an OnnxLogits session: serve logits from onnxruntime instead of torch
+        self.pooling = pooling or (model.pooling if model is not None else "mean")
         self.tokenizer = tokenizer
         self.labels = taxonomy.names
         self.temperature = float(temperature)
@@ -87,12 +91,11 @@ class LoraRouter(Router):
         self.below_threshold = below_threshold
         self.max_length = max_length
         self.meta = meta or {}
-        self.device = device or str(next(model.parameters()).device)
+        self.device = device or (str(next(model.parameters()).device) if model is not None else "cpu")
 
     # ---- inference ----------------------------------------------------------------------------
     def logits(self, texts: list[str], *, batch_size: int = 64) -> np.ndarray:
-        import torch
-
+        """Raw scores before temperature, shape ``(n, n_scopes)``."""
         out = []
         if self.onnx is not None:
             for i in range(0, len(texts), batch_size):
@@ -100,6 +103,9 @@ class LoraRouter(Router):
                                      max_length=self.max_length, return_tensors="np")
                 out.append(self.onnx(enc["input_ids"], enc["attention_mask"]))
             return np.concatenate(out) if out else np.zeros((0, len(self.labels)), np.float32)
+        import torch
+
+        assert self.model is not None
         self.model.eval()
         with torch.inference_mode():
             for i in range(0, len(texts), batch_size):
@@ -151,7 +157,7 @@ class LoraRouter(Router):
             "format": FORMAT, "router_type": "lora", "labels": self.labels,
             "taxonomy": {"name": self.taxonomy.name, "fingerprint": self.taxonomy.fingerprint},
             "temperature": self.temperature, "threshold": self.threshold, "below_threshold": self.below_threshold,
-            "max_length": self.max_length, "pooling": self.model.pooling, **self.meta,
+            "max_length": self.max_length, "pooling": self.pooling, **self.meta,
             "package_version": __version__,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "peft": peft.__version__},
@@ -166,6 +172,8 @@ class LoraRouter(Router):
 
         from ...atomic import atomic_directory
 
+        if self.model is None:
+            raise MasdrError("a router loaded with runtime='onnx' has no torch weights to save; save the torch one")
         with atomic_directory(out, overwrite=overwrite) as tmp:
             encoder = self.model.encoder
             if hasattr(encoder, "merge_and_unload"):  # a peft model: keep adapters, serve merged
@@ -212,13 +220,6 @@ class LoraRouter(Router):
 
         ``runtime="onnx"`` serves the logits from ``router.onnx`` with onnxruntime (CPU); the
         artifact must have been exported with ``masdr export onnx``."""
-        from safetensors.torch import load_file
-        from transformers import AutoModel, AutoTokenizer
-
-        from ...devices import half_dtype, resolve_device
-        from ...process import hf_progress_bars_off
-        from .model import RouterModel
-
         if runtime not in RUNTIMES:
             raise MasdrError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
         path = resolve_artifact(path)
@@ -231,13 +232,23 @@ class LoraRouter(Router):
                 f"'{taxonomy.name}' ({taxonomy.fingerprint}); retrain it with `masdr train`")
         if stored.fingerprint != want or stored.names != cfg["labels"]:
             raise ArtifactError(f"{path}: {TAXONOMY_FILE} does not match {CONFIG_NAME} (artifact corrupted?)")
-        onnx = None
-        if runtime == "onnx":
-            from .onnx import OnnxLogits
+        meta = {k: cfg[k] for k in ("base_model", "lora", "train", "threshold_objective", "vote") if k in cfg}
+        common = {"temperature": cfg["temperature"], "threshold": cfg["threshold"], "meta": meta,
+                  "below_threshold": cfg.get("below_threshold", "abstain"), "max_length": cfg["max_length"]}
+        if runtime == "onnx":  # onnxruntime and tokenizers only: no torch, no transformers
+            from .onnx import OnnxLogits, OnnxTokenizer
 
             if not (path / ONNX_FILE).is_file():
                 raise ArtifactError(f"{path} has no {ONNX_FILE}; export it with `masdr export onnx --router {path}`")
-            onnx, device = OnnxLogits(path / ONNX_FILE), "cpu"
+            return cls(taxonomy or stored, None, OnnxTokenizer(path / ENCODER_DIR), device="cpu",
+                       onnx=OnnxLogits(path / ONNX_FILE), pooling=cfg["pooling"], **common)
+        from safetensors.torch import load_file
+        from transformers import AutoModel, AutoTokenizer
+
+        from ...devices import half_dtype, resolve_device
+        from ...process import hf_progress_bars_off
+        from .model import RouterModel
+
         dev = resolve_device(device)
         with hf_progress_bars_off():
             encoder = AutoModel.from_pretrained(path / ENCODER_DIR)
@@ -248,10 +259,7 @@ class LoraRouter(Router):
         if dev == "cuda":
             model.to(half_dtype())
             model.head.float()
-        meta = {k: cfg[k] for k in ("base_model", "lora", "train", "threshold_objective", "vote") if k in cfg}
-        return cls(taxonomy or stored, model, tokenizer, temperature=cfg["temperature"], threshold=cfg["threshold"],
-                   below_threshold=cfg.get("below_threshold", "abstain"), max_length=cfg["max_length"], meta=meta,
-                   device=dev, onnx=onnx)
+        return cls(taxonomy or stored, model, tokenizer, device=dev, **common)
 
 
 def is_hub_id(text: str) -> bool:
