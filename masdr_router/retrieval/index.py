@@ -151,7 +151,8 @@ class ScopedIndex:
                 f"index {path} was built for taxonomy '{manifest['taxonomy']['name']}' ({want}), not for "
                 f"'{taxonomy.name}' ({taxonomy.fingerprint}); rebuild it with `masdr index build`")
         config = IndexConfig.from_dict(manifest["config"], source=str(path / MANIFEST))
-        config = config.with_overrides(backend=backend, device=device)
+        # the device is a load-time choice: an index built on a GPU machine loads on a CPU one
+        config = config.with_overrides(backend=backend, device=device or "auto")
         chunks, scopes = [], []
         try:
             with (path / "chunks.jsonl").open(encoding="utf-8") as f:

@@ -20,6 +20,9 @@ def create_app(cfg: ServeConfig | None = None, *, state: ServiceState | None = N
     >>> app = create_app(ServeConfig(router="checkpoints/bbc-router", index="runs/demo/bbc-index"))  # doctest: +SKIP
     >>> uvicorn.run(app, port=8000)                                                                 # doctest: +SKIP
     """
+    from ..extras import require
+
+    require("fastapi")
     from fastapi import FastAPI
 
     from .._version import __version__

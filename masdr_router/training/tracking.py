@@ -19,7 +19,9 @@ class Tracker:
         mode = os.environ.get("WANDB_MODE") or cfg.wandb_mode
         if cfg.report_to != "wandb" or not main or mode == "disabled":
             return
-        import wandb
+        from ..extras import require
+
+        wandb = require("wandb")
 
         # the run id is the training run's key: a run killed and started again (it resumes from its
         # checkpoint) goes on logging into the same wandb run

@@ -524,10 +524,13 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
     """
     from transformers import AutoModel, AutoTokenizer
 
+    from ..extras import require
     from ..retrieval.embedder import resolve_encoder_path
     from ..routers.lora import LoraRouter
     from .calibration import softmax
 
+    for module in ("peft", "accelerate", "sklearn"):  # a missing one names the [train] extra, up front
+        require(module)
     cfg = cfg or TrainConfig()
     pseudo = list(pseudo)
     check_labels(taxonomy, [*train, *pseudo], val)
