@@ -174,7 +174,9 @@ class LoraRouter(Router):
 
         if self.model is None:
             raise MasdrError("a router loaded with runtime='onnx' has no torch weights to save; save the torch one")
-        with atomic_directory(out, overwrite=overwrite) as tmp:
+        from ...process import hf_progress_bars_off
+
+        with atomic_directory(out, overwrite=overwrite) as tmp, hf_progress_bars_off():
             encoder = self.model.encoder
             if hasattr(encoder, "merge_and_unload"):  # a peft model: keep adapters, serve merged
                 encoder.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
