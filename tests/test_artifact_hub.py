@@ -70,3 +70,30 @@ def test_a_hub_repo_id_loads_from_the_local_hub_cache(exported, tmp_path):
     assert json.loads(ok.stdout)["scores"] == json.loads(local.stdout)["scores"]
     missing = route("acme/not-cached")
     assert missing.returncode == 2 and "local Hub cache" in missing.stderr
+
+
+def test_a_pooler_router_is_a_standard_transformers_classifier(bbc_small, tmp_path):
+    import numpy as np
+    from transformers import pipeline
+
+    from masdr_router import LoraRouter, train_router
+    from masdr_router.routers.lora import softmax
+
+    cfg = TrainConfig(epochs=2, batch_size=16, max_length=32, progress=False, regime="holdout", min_steps=0,
+                      keep_probe=False, pooling="pooler")
+    router = train_router(bbc_small.taxonomy, bbc_small.queries, None, cfg).router
+    out = router.save_pretrained(tmp_path / "router")
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["id2label"] == {str(i): s for i, s in enumerate(bbc_small.taxonomy.names)}
+    texts = [q.query for q in bbc_small.queries[:8]]
+    classify = pipeline("text-classification", model=str(out), top_k=None)
+    got = [{d["label"]: d["score"] for d in row} for row in classify(texts)]
+    loaded = LoraRouter.from_pretrained(out)
+    # the pipeline's softmax is the router's own probabilities before temperature
+    untempered = softmax(loaded.logits(texts), 1.0)
+    want = [dict(zip(loaded.labels, row)) for row in untempered]
+    for g, w in zip(got, want):
+        assert g == pytest.approx(w, abs=1e-5)
+    np.testing.assert_allclose(loaded.predict_proba(texts), router.predict_proba(texts), atol=1e-5)
+    assert not (out / "encoder").exists()  # one copy of the weights: the standard model at the root

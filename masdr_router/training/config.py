@@ -22,7 +22,9 @@ class TrainConfig(ConfigBase):
 
     # model
     base_model: str = field(default=DEFAULT_ENCODER, metadata={"help": "'minilm' or a local HF encoder dir"})
-    pooling: Literal["mean", "cls"] = field(default="mean", metadata={"help": "'mean' over tokens or 'cls'"})
+    pooling: Literal["mean", "cls", "pooler"] = field(default="mean", metadata={
+        "help": "'mean' over tokens, 'cls', or 'pooler' (the encoder's pooler: the head of the standard "
+                "*ForSequenceClassification models, so the artifact is also a transformers classifier)"})
     max_length: int = field(default=64, metadata={"help": "token limit for a query"})
     lora_r: int = 16
     lora_alpha: int = 32

@@ -35,7 +35,6 @@ def pooled_features(encoder: Any, tokenizer: Any, texts: Sequence[str], *, max_l
 
     from ..routers.lora.model import RouterModel
 
-    pool = RouterModel.pool_hidden
     out = []
     encoder.eval()
     device = next(encoder.parameters()).device
@@ -43,8 +42,8 @@ def pooled_features(encoder: Any, tokenizer: Any, texts: Sequence[str], *, max_l
         for i in range(0, len(texts), batch_size):
             enc = tokenizer(list(texts[i:i + batch_size]), padding=True, truncation=True, max_length=max_length,
                             return_tensors="pt").to(device)
-            hidden = encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-            out.append(pool(hidden, enc["attention_mask"], pooling).float().cpu().numpy())
+            outputs = encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+            out.append(RouterModel.pool_outputs(outputs, enc["attention_mask"], pooling).float().cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, int(encoder.config.hidden_size)), np.float32)
 
 

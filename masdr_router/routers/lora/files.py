@@ -9,3 +9,7 @@ METRICS_FILE = "metrics.json"
 CARD_FILE = "README.md"
 ENCODER_DIR = "encoder"
 ADAPTER_DIR = "adapter"
+# artifact layouts: encoder/ (merged) + head.safetensors, for any pooling; or, for pooling "pooler"
+# on a BERT-family encoder, the root itself is a transformers sequence-classification model
+LAYOUT_ENCODER_HEAD = "encoder+head"
+LAYOUT_SEQUENCE_CLASSIFICATION = "sequence-classification"

@@ -33,9 +33,18 @@ class RouterModel(nn.Module):
         m = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
-    def pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.pool_hidden(hidden, mask, self.pooling)
+    @staticmethod
+    def pool_outputs(outputs: Any, mask: torch.Tensor, pooling: str) -> torch.Tensor:
+        """The features the head sees: ``pooler`` is the encoder's own pooler (BERT: dense + tanh
+        over [CLS]), the head of the standard ``*ForSequenceClassification`` models; otherwise
+        :meth:`pool_hidden` over the last hidden states."""
+        if pooling == "pooler":
+            pooled = getattr(outputs, "pooler_output", None)
+            if pooled is None:
+                raise ValueError("pooling 'pooler' needs an encoder with a pooler (BERT-family models have one)")
+            return pooled
+        return RouterModel.pool_hidden(outputs.last_hidden_state, mask, pooling)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any) -> torch.Tensor:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
-        return self.head(self.dropout(self.pool(hidden, attention_mask).float()))
+        outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kw)
+        return self.head(self.dropout(self.pool_outputs(outputs, attention_mask, self.pooling).float()))

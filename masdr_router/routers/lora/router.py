@@ -37,6 +37,8 @@ from .files import (
     ENCODER_DIR,
     FORMAT,
     HEAD_NAME,
+    LAYOUT_ENCODER_HEAD,
+    LAYOUT_SEQUENCE_CLASSIFICATION,
     METRICS_FILE,
     ONNX_FILE,
     TAXONOMY_FILE,
@@ -148,19 +150,24 @@ class LoraRouter(Router):
         return [dataclasses.replace(self.decide(p), latency_ms=ms) for p in probs]
 
     # ---- persistence --------------------------------------------------------------------------
-    def router_config(self) -> dict[str, Any]:
-        import peft
+    def router_config(self, layout: str = LAYOUT_ENCODER_HEAD) -> dict[str, Any]:
         import torch
         import transformers
 
+        try:
+            import peft
+
+            peft_version: str | None = peft.__version__
+        except ImportError:  # a serving install re-saving a router: no adapters involved
+            peft_version = None
         return {
-            "format": FORMAT, "router_type": "lora", "labels": self.labels,
+            "format": FORMAT, "router_type": "lora", "layout": layout, "labels": self.labels,
             "taxonomy": {"name": self.taxonomy.name, "fingerprint": self.taxonomy.fingerprint},
             "temperature": self.temperature, "threshold": self.threshold, "below_threshold": self.below_threshold,
             "max_length": self.max_length, "pooling": self.pooling, **self.meta,
             "package_version": __version__,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                         "peft": peft.__version__},
+                         "peft": peft_version},
         }
 
     def save_pretrained(self, out: str | Path, *, metrics: dict[str, Any] | None = None,
@@ -184,16 +191,23 @@ class LoraRouter(Router):
                 merged = copy.deepcopy(encoder).merge_and_unload()
             else:
                 merged = encoder
-            merged.save_pretrained(tmp / ENCODER_DIR, safe_serialization=True)
-            self.tokenizer.save_pretrained(tmp / ENCODER_DIR)
             head = {k: v.detach().cpu().contiguous() for k, v in self.model.head.state_dict().items()}
-            save_file(head, str(tmp / HEAD_NAME))
+            layout = LAYOUT_ENCODER_HEAD
+            if self.pooling == "pooler" and standard_classifier_type(merged.config) is not None:
+                # the head is the standard one: the artifact root is a transformers classifier
+                _save_standard_classifier(merged, head, self.labels, tmp)
+                self.tokenizer.save_pretrained(tmp)
+                layout = LAYOUT_SEQUENCE_CLASSIFICATION
+            else:
+                merged.save_pretrained(tmp / ENCODER_DIR, safe_serialization=True)
+                self.tokenizer.save_pretrained(tmp / ENCODER_DIR)
+                save_file(head, str(tmp / HEAD_NAME))
             self.taxonomy.to_yaml(tmp / TAXONOMY_FILE)
             (tmp / METRICS_FILE).write_text(json.dumps(metrics or {}, indent=2) + "\n")
             if card:
                 (tmp / CARD_FILE).write_text(card)
             # Written last: a directory without it is never taken for a router.
-            (tmp / CONFIG_NAME).write_text(json.dumps(self.router_config(), indent=2) + "\n")
+            (tmp / CONFIG_NAME).write_text(json.dumps(self.router_config(layout), indent=2) + "\n")
         return Path(out)
 
     def push_to_hub(self, repo_id: str, *, private: bool = True, token: str | None = None,
@@ -235,6 +249,8 @@ class LoraRouter(Router):
         if stored.fingerprint != want or stored.names != cfg["labels"]:
             raise ArtifactError(f"{path}: {TAXONOMY_FILE} does not match {CONFIG_NAME} (artifact corrupted?)")
         meta = {k: cfg[k] for k in ("base_model", "lora", "train", "threshold_objective", "vote") if k in cfg}
+        standard = cfg.get("layout", LAYOUT_ENCODER_HEAD) == LAYOUT_SEQUENCE_CLASSIFICATION
+        model_dir = path if standard else path / ENCODER_DIR
         common = {"temperature": cfg["temperature"], "threshold": cfg["threshold"], "meta": meta,
                   "below_threshold": cfg.get("below_threshold", "abstain"), "max_length": cfg["max_length"]}
         if runtime == "onnx":  # onnxruntime and tokenizers only: no torch, no transformers
@@ -242,7 +258,7 @@ class LoraRouter(Router):
 
             if not (path / ONNX_FILE).is_file():
                 raise ArtifactError(f"{path} has no {ONNX_FILE}; export it with `masdr export onnx --router {path}`")
-            return cls(taxonomy or stored, None, OnnxTokenizer(path / ENCODER_DIR), device="cpu",
+            return cls(taxonomy or stored, None, OnnxTokenizer(model_dir), device="cpu",
                        onnx=OnnxLogits(path / ONNX_FILE), pooling=cfg["pooling"], **common)
         from safetensors.torch import load_file
         from transformers import AutoModel, AutoTokenizer
@@ -253,15 +269,47 @@ class LoraRouter(Router):
 
         dev = resolve_device(device)
         with hf_progress_bars_off():
-            encoder = AutoModel.from_pretrained(path / ENCODER_DIR)
-            tokenizer = AutoTokenizer.from_pretrained(path / ENCODER_DIR)
+            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            if standard:
+                from transformers import AutoModelForSequenceClassification
+
+                classifier = AutoModelForSequenceClassification.from_pretrained(path)
+                encoder, head = classifier.base_model, classifier.classifier.state_dict()
+            else:
+                encoder, head = AutoModel.from_pretrained(model_dir), load_file(str(path / HEAD_NAME))
         model = RouterModel(encoder, len(cfg["labels"]), pooling=cfg["pooling"], head_dropout=0.0)
-        model.head.load_state_dict(load_file(str(path / HEAD_NAME)))
+        model.head.load_state_dict(head)
         model.to(dev).eval()
         if dev == "cuda":
             model.to(half_dtype())
             model.head.float()
         return cls(taxonomy or stored, model, tokenizer, device=dev, **common)
+
+
+def standard_classifier_type(config: Any) -> str | None:
+    """The ``*ForSequenceClassification`` class whose head is exactly pooler -> dropout -> one
+    linear layer (so a ``pooling="pooler"`` router is that model), or ``None`` for encoders whose
+    standard head differs (RoBERTa's has a hidden layer; DistilBERT has no pooler)."""
+    return {"bert": "BertForSequenceClassification"}.get(getattr(config, "model_type", ""))
+
+
+def _save_standard_classifier(encoder: Any, head: dict[str, Any], labels: list[str], out: Path) -> None:
+    """Write ``encoder`` + ``head`` as a standard sequence-classification model directory
+    (config.json with architectures, id2label/label2id; model.safetensors) at ``out``."""
+    import copy
+
+    from transformers import AutoModelForSequenceClassification
+
+    config = copy.deepcopy(encoder.config)
+    config.num_labels = len(labels)
+    config.id2label = dict(enumerate(labels))
+    config.label2id = {label: i for i, label in enumerate(labels)}
+    config.problem_type = "single_label_classification"
+    config.architectures = [standard_classifier_type(config)]
+    model = AutoModelForSequenceClassification.from_config(config)
+    model.base_model.load_state_dict(encoder.state_dict())
+    model.classifier.load_state_dict(head)
+    model.save_pretrained(out, safe_serialization=True)
 
 
 def is_hub_id(text: str) -> bool:
