@@ -141,10 +141,17 @@ class ConfigBase:
 class IndexConfig(ConfigBase):
     """How a scoped index is built (``configs/index/default.yaml``)."""
 
-    encoder: str = field(default=DEFAULT_ENCODER, metadata={"help": "'minilm' or a local HF encoder directory"})
-    chunk_size: int = field(default=200, metadata={"help": "words per chunk"})
+    encoder: str = field(default=DEFAULT_ENCODER, metadata={
+        "help": "'minilm' or a local sentence-transformers (or Hugging Face) model directory"})
+    chunk_size: int = field(default=200, metadata={"help": "words per chunk, at most (and at most max_length "
+                                                           "encoder tokens)"})
     chunk_overlap: int = field(default=40, metadata={"help": "words shared by consecutive chunks"})
-    max_length: int = field(default=256, metadata={"help": "encoder token limit; longer chunks are truncated"})
+    max_length: int = field(default=256, metadata={"help": "encoder token limit: chunks are cut to fit it (with "
+                                                           "the special tokens and the document prompt)"})
+    query_prompt: str | None = field(default=None, metadata={
+        "help": "text put before every query (E5: 'query: '); default: the model's own prompt, if any"})
+    document_prompt: str | None = field(default=None, metadata={
+        "help": "text put before every chunk (E5: 'passage: '); default: the model's own prompt, if any"})
     batch_size: int = 32
     device: Device = field(default="auto", metadata={"help": "'auto' (CUDA when present), 'cpu' or 'cuda'"})
     backend: Literal["auto", "faiss", "torch"] = field(default="auto", metadata={

@@ -8,7 +8,7 @@ Readers report the file, line and field of the first bad row and never drop rows
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,28 +145,57 @@ def write_queries(path: str | Path, queries: Iterable[LabelledQuery]) -> None:
     write_text_atomic(path, _jsonl(q.to_dict() for q in queries))
 
 
-def chunk_document(doc: Document, size: int = 200, overlap: int = 40) -> list[Chunk]:
-    """Split a document into windows of ``size`` words that overlap by ``overlap`` words.
+def chunk_document(doc: Document, size: int = 200, overlap: int = 40, *,
+                   token_counts: Callable[[list[str]], list[int]] | None = None,
+                   max_tokens: int | None = None) -> list[Chunk]:
+    """Split a document into windows of at most ``size`` words that overlap by ``overlap`` words.
 
-    Words, not model tokens, so chunking needs no tokenizer and chunk ids are stable across
-    encoders. A short final window is merged into the previous one rather than left as a stub.
+    With ``token_counts`` (the encoder's tokens per word) and ``max_tokens``, a window also ends
+    before it would exceed ``max_tokens`` encoder tokens, so no chunk is cut short by the encoder:
+    what the dense index embeds is the whole chunk BM25 indexes. Chunk ids stay ``DOC#i``. A short
+    final window is merged into the previous one (when the token budget allows) rather than left
+    as a stub.
 
     >>> [c.id for c in chunk_document(Document("d", "w " * 420), size=200, overlap=0)]
     ['d#0', 'd#1']
+    >>> [len(c.text.split()) for c in chunk_document(Document("d", "w " * 100), size=200, overlap=0,
+    ...                                              token_counts=lambda ws: [2] * len(ws), max_tokens=60)]
+    [30, 30, 30, 10]
     """
     if size <= 0 or not 0 <= overlap < size:
         raise ValueError(f"need size > 0 and 0 <= overlap < size, got size={size}, overlap={overlap}")
     words = doc.text.split()
     if not words:
         return []
-    stride = size - overlap
-    starts = list(range(0, max(len(words) - overlap, 1), stride))
-    # Fold a tail shorter than a quarter window into the previous chunk.
-    if len(starts) > 1 and len(words) - starts[-1] < size // 4:
-        starts.pop()
-    chunks = []
-    for i, s in enumerate(starts):
-        end = len(words) if i == len(starts) - 1 else s + size
-        chunks.append(Chunk(id=f"{doc.id}#{i}", doc_id=doc.id, text=" ".join(words[s:end]),
-                            metadata=dict(doc.metadata)))
-    return chunks
+    if token_counts is None or max_tokens is None:
+        stride = size - overlap
+        starts = list(range(0, max(len(words) - overlap, 1), stride))
+        # Fold a tail shorter than a quarter window into the previous chunk.
+        if len(starts) > 1 and len(words) - starts[-1] < size // 4:
+            starts.pop()
+        ends = [len(words) if i == len(starts) - 1 else s + size for i, s in enumerate(starts)]
+        spans = list(zip(starts, ends))
+    else:
+        spans = _token_spans(token_counts(words), size, overlap, max_tokens)
+    return [Chunk(id=f"{doc.id}#{i}", doc_id=doc.id, text=" ".join(words[s:e]), metadata=dict(doc.metadata))
+            for i, (s, e) in enumerate(spans)]
+
+
+def _token_spans(counts: list[int], size: int, overlap: int, budget: int) -> list[tuple[int, int]]:
+    """Word spans of at most ``size`` words and ``budget`` tokens, overlapping by up to ``overlap``
+    words; a word longer than the budget on its own gets a span of its own."""
+    n, spans, start = len(counts), [], 0
+    while start < n:
+        end, used = start, 0
+        while end < n and end - start < size and (used + counts[end] <= budget or end == start):
+            used += counts[end]
+            end += 1
+        spans.append((start, end))
+        if end >= n:
+            break
+        start = max(end - overlap, start + 1)
+    if len(spans) > 1:  # fold a short tail into the previous span when it still fits
+        (ps, pe), (_, te) = spans[-2], spans[-1]
+        if te - pe < size // 4 and te - ps <= size and sum(counts[ps:te]) <= budget:
+            spans[-2:] = [(ps, te)]
+    return spans

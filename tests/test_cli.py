@@ -11,7 +11,7 @@ import pytest
 from conftest import TAXONOMY_YAML, masdr, one_line_error
 
 STABLE_COMMANDS = {"data", "index", "search", "route", "train", "eval", "export", "ask", "llm", "demo",
-                   "synth-queries"}
+                   "synth-queries", "serve"}
 
 
 def test_help_lists_exactly_the_stable_commands():

@@ -71,7 +71,9 @@ def test_save_load_round_trip_gives_identical_results(bbc_index, bbc_index_dir, 
     manifest = json.loads((bbc_index_dir / "manifest.json").read_text())
     assert manifest["taxonomy"]["fingerprint"] == bbc_small.taxonomy.fingerprint
     assert manifest["counts"]["chunks"] == len(bbc_index)
-    assert manifest["encoder"] == {"name": "minilm", "dim": 384, "max_length": 256}
+    assert manifest["encoder"] == {"name": "minilm", "dim": 384, "max_length": 256, "pooling": "mean",
+                                   "normalize": True, "prompts": {"query": "", "document": ""},
+                                   "library": "sentence-transformers"}
 
 
 def test_an_index_built_on_a_gpu_loads_and_searches_on_this_cpu(bbc_index_dir, bbc_small, tmp_path):
@@ -171,3 +173,54 @@ def test_in_scope_guard_never_drops_an_in_scope_chunk_that_global_search_found(b
             assert {h.row for h in scoped} <= set(in_scope) | {h.row for h in plain}
             assert len({h.row for h in scoped}) == len(scoped) == min(10, len(set(in_scope) | {h.row for h in plain}))
             assert all(scope in h.scopes for h in scoped)
+
+
+def test_prompts_are_recorded_and_applied_to_queries_and_chunks(bbc_small, tmp_path):
+    from masdr_router.retrieval.embedder import Embedder
+
+    docs = bbc_small.documents[:4]
+    cfg = IndexConfig(chunk_size=120, chunk_overlap=20, query_prompt="query: ", document_prompt="passage: ")
+    index = ScopedIndex.build(bbc_small.taxonomy, docs, cfg)
+    index.save(tmp_path / "e5-style")
+    manifest = json.loads((tmp_path / "e5-style" / "manifest.json").read_text())
+    assert manifest["encoder"]["prompts"] == {"query": "query: ", "document": "passage: "}
+    plain = Embedder("minilm", device="cpu")
+    loaded = ScopedIndex.load(tmp_path / "e5-style")
+    q = "who won the cup final?"
+    np.testing.assert_allclose(loaded.encode_queries([q]), plain.encode(["query: " + q]), atol=1e-5)
+    assert not np.allclose(loaded.encode_queries([q]), plain.encode([q]), atol=1e-3)
+    np.testing.assert_allclose(index.embeddings[:1], plain.encode(["passage: " + index.chunks[0].text]), atol=1e-5)
+
+
+def test_an_encoder_that_pools_by_cls_is_embedded_by_cls(tmp_path):
+    import shutil
+
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from masdr_router.retrieval.embedder import Embedder, resolve_encoder_path
+
+    cls_dir = tmp_path / "cls-encoder"  # MiniLM declared as a [CLS]-pooling model (as BGE is)
+    shutil.copytree(resolve_encoder_path("minilm"), cls_dir)
+    pooling = json.loads((cls_dir / "1_Pooling" / "config.json").read_text())
+    pooling.update(pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
+    (cls_dir / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    emb = Embedder(str(cls_dir), device="cpu")
+    assert emb.pooling == "cls"
+    tok, model = AutoTokenizer.from_pretrained(cls_dir), AutoModel.from_pretrained(cls_dir).eval()
+    with torch.no_grad():
+        first = model(**tok(["a late goal"], return_tensors="pt")).last_hidden_state[:, 0]
+    np.testing.assert_allclose(emb.encode(["a late goal"]), torch.nn.functional.normalize(first, dim=-1).numpy(),
+                               atol=1e-5)
+
+
+def test_no_chunk_is_longer_than_the_encoder_reads_and_bm25_sees_every_word(bbc_small):
+    docs = bbc_small.documents[:5]
+    cfg = IndexConfig(chunk_size=200, chunk_overlap=20, max_length=64)  # 200 words would far exceed 64 tokens
+    index = ScopedIndex.build(bbc_small.taxonomy, docs, cfg)
+    lengths = index.embedder.token_lengths([c.text for c in index.chunks])
+    assert max(lengths) <= 64 and len(index.chunks) > len(docs)
+    for d in docs:  # every word of every document is in some chunk, in order
+        words = d.text.split()
+        covered = [w for c in index.chunks if c.doc_id == d.id for w in c.text.split()]
+        assert set(words) <= set(covered) and covered[:5] == words[:5] and covered[-5:] == words[-5:]

@@ -47,6 +47,7 @@ def test_cli_ask_with_the_embedded_server(bbc_index_dir, write):
     p = masdr("ask", "--index", bbc_index_dir, "--router", "regex", "--local", "--k", 2, "--json", "-",
               "--search-config", search_cfg, "Who won the match after a late goal?")
     assert p.returncode == 0, p.stderr
+    assert p.stdout.lstrip().startswith("{"), p.stdout[:300]
     ans = json.loads(p.stdout)
     assert next(t for t in ans["trace"] if t["stage"] == "retrieve")["mode"] == "bm25"
     assert ans["scope"] == "sport" and ans["searched_scopes"] == ["sport"]

@@ -88,21 +88,27 @@ class ScopedIndex:
         from .embedder import Embedder
 
         config = config or IndexConfig()
+        t0 = time.perf_counter()
+        embedder = Embedder(config.encoder, device=config.device, max_length=config.max_length,
+                            query_prompt=config.query_prompt, document_prompt=config.document_prompt)
+        load_s = time.perf_counter() - t0
+        # windows are counted in words but capped in the encoder's tokens (after its special
+        # tokens and the document prompt), so the encoder never truncates what BM25 indexes
+        budget = config.max_length - embedder.token_lengths([embedder.prompts["document"] or ""])[0]
         chunks: list[Chunk] = []
         for d in docs:
-            chunks.extend(chunk_document(d, config.chunk_size, config.chunk_overlap))
+            chunks.extend(chunk_document(d, config.chunk_size, config.chunk_overlap, max_tokens=budget,
+                                         token_counts=embedder.word_token_counts))
         if not chunks:
             raise ValidationError("corpus produced no chunks (all documents empty?)")
         chunk_scopes = [tuple(taxonomy.scopes_of(c.metadata)) for c in chunks]
         t0 = time.perf_counter()
-        embedder = Embedder(config.encoder, device=config.device, max_length=config.max_length)
-        load_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        emb = embedder.encode([c.text for c in chunks], batch_size=config.batch_size, progress=progress,
-                              description="embedding chunks")
+        emb = embedder.encode([c.text for c in chunks], kind="document", batch_size=config.batch_size,
+                              progress=progress, description="embedding chunks")
         embed_s = time.perf_counter() - t0
         stats = {"n_documents": len(docs), "encoder_load_s": round(load_s, 3), "embed_s": round(embed_s, 3),
-                 "chunks_per_s": round(len(chunks) / max(embed_s, 1e-9), 2), "device": embedder.device}
+                 "chunks_per_s": round(len(chunks) / max(embed_s, 1e-9), 2), "device": embedder.device,
+                 "encoder": embedder.describe()}
         return cls(taxonomy, chunks, chunk_scopes, emb, config, stats=stats, embedder=embedder)
 
     # ---- persistence --------------------------------------------------------------------------
@@ -112,8 +118,8 @@ class ScopedIndex:
             "format": FORMAT,
             "package_version": __version__,
             "taxonomy": {"name": self.taxonomy.name, "fingerprint": self.taxonomy.fingerprint},
-            "encoder": {"name": self.config.encoder, "dim": int(self.embeddings.shape[1]),
-                        "max_length": self.config.max_length},
+            "encoder": self.stats.get("encoder") or {"name": self.config.encoder, "dim": int(self.embeddings.shape[1]),
+                                                     "max_length": self.config.max_length},
             "config": self.config.to_dict(),
             "counts": {"documents": self.stats.get("n_documents", len({c.doc_id for c in self.chunks})),
                        "chunks": len(self.chunks),
@@ -179,7 +185,8 @@ class ScopedIndex:
             from .embedder import Embedder
 
             self._embedder = Embedder(self.config.encoder, device=self.config.device,
-                                      max_length=self.config.max_length)
+                                      max_length=self.config.max_length, query_prompt=self.config.query_prompt,
+                                      document_prompt=self.config.document_prompt)
         return self._embedder
 
     def _device(self) -> str:
@@ -211,7 +218,7 @@ class ScopedIndex:
             self.bm25_shard(s)
 
     def encode_queries(self, queries: Sequence[str], *, progress: bool = False) -> np.ndarray:
-        return self.embedder.encode(list(queries), batch_size=64, progress=progress,
+        return self.embedder.encode(list(queries), kind="query", batch_size=64, progress=progress,
                                     description="embedding queries")
 
     def search_shard(self, scope: str | None, queries: Sequence[str], qvecs: np.ndarray, k: int,
