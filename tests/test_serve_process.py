@@ -60,8 +60,12 @@ class Served:
         return 0.0
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
+        if self.proc.poll() is None:  # SIGTERM first: uvicorn's supervisor takes its workers down with it
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
         self.proc.wait(timeout=30)
         self.log.close()
 

@@ -162,7 +162,7 @@ def test_unknown_config_keys_and_bad_values_are_errors(tmp_path):
     (tmp_path / "c.yaml").write_text("epochs: 3\nlearning_rat: 0.1\n")
     with pytest.raises(ValidationError, match=r"unknown key\(s\) \['learning_rat'\]"):
         TrainConfig.from_yaml(tmp_path / "c.yaml")
-    with pytest.raises(ConfigError, match=r"field 'pooling': expected one of mean, cls, got 'max'"):
+    with pytest.raises(ConfigError, match=r"field 'pooling': expected one of mean, cls, pooler, got 'max'"):
         TrainConfig(pooling="max")
 
 
