@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 def start_service(router: Path, batching: bool, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    import httpx
+    import httpx  # readiness polling only
 
     port = free_port()
     cmd = [sys.executable, "-m", "masdr_router.cli", "serve", "--router", str(router), "--port", str(port),
@@ -58,17 +58,19 @@ def start_service(router: Path, batching: bool, log: Path) -> tuple[subprocess.P
 
 async def load(url: str, queries: list[str], concurrency: int, requests: int, seconds: float) -> dict[str, Any]:
     """``requests`` single-query /v1/route calls (or as many as fit in ``seconds``) from
-    ``concurrency`` clients in parallel."""
-    import httpx
+    ``concurrency`` clients in parallel (aiohttp: a light client, since it shares the cores)."""
+    import aiohttp
 
     latencies: list[float] = []
     failures: list[str] = []
     sent = 0
     deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(base_url=url, connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=60)) as client:
         for q in queries[:concurrency]:  # warm the connections and the model
-            await client.post("/v1/route", json={"query": q})
+            async with client.post("/v1/route", json={"query": q}) as r:
+                await r.read()
 
         async def worker() -> None:
             nonlocal sent
@@ -77,10 +79,11 @@ async def load(url: str, queries: list[str], concurrency: int, requests: int, se
                 sent += 1
                 t0 = time.perf_counter()
                 try:
-                    r = await client.post("/v1/route", json={"query": q})
-                    if r.status_code != 200:
-                        failures.append(f"HTTP {r.status_code}")
-                except httpx.HTTPError as e:
+                    async with client.post("/v1/route", json={"query": q}) as r:
+                        await r.read()
+                        if r.status != 200:
+                            failures.append(f"HTTP {r.status}")
+                except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                     failures.append(type(e).__name__)
                 latencies.append(time.perf_counter() - t0)
 

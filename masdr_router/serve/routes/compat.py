@@ -30,7 +30,7 @@ OUTPUTS = ("scope", "confidence", "probabilities", "abstained")
 
 
 # ---- text-embeddings-inference ---------------------------------------------------------------------
-@router.post("/predict", tags=["tei"], summary="text-embeddings-inference classifier API")
+@router.post("/predict", tags=["tei"], summary="text-embeddings-inference classifier API", response_model=None)
 async def predict(body: PredictRequest, request: Request, who: CallerDep) -> Any:
     svc = service(request)
     single = isinstance(body.inputs, str)
@@ -52,7 +52,7 @@ async def predict(body: PredictRequest, request: Request, who: CallerDep) -> Any
         d = svc.state.restrict(d, who)
         scores = logits[i] if logits is not None else {s: float(d.scores.get(s, 0.0)) for s in labels}
         out.append([{"label": s, "score": v} for s, v in sorted(scores.items(), key=lambda kv: -kv[1])])
-    return out[0] if single else out
+    return JSONResponse(out[0] if single else out)
 
 
 # ---- KServe open inference protocol v2 ---------------------------------------------------------------
