@@ -46,7 +46,7 @@ def test_no_path_of_the_training_machine_is_left_in_the_artifact(exported):
     out, _ = exported
     adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == "sentence-transformers/all-MiniLM-L6-v2"
-    for name in ("README.md", "router_config.json", "adapter/adapter_config.json"):
+    for name in ("README.md", "router_config.json", "adapter/adapter_config.json", "adapter/README.md"):
         text = (out / name).read_text()
         assert "site-packages" not in text and str(out.parent) not in text, name
 

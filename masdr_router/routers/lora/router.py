@@ -347,8 +347,12 @@ def _portable_adapter_base(adapter_dir: Path, base_model: str | None) -> None:
     if base_model is None or not cfg_path.is_file():
         return
     cfg = json.loads(cfg_path.read_text())
-    cfg["base_model_name_or_path"] = portable_encoder_name(base_model)
+    local, portable = str(cfg.get("base_model_name_or_path") or ""), portable_encoder_name(base_model)
+    cfg["base_model_name_or_path"] = portable
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    card = adapter_dir / "README.md"  # peft's own card names the base model too
+    if local and card.is_file():
+        card.write_text(card.read_text().replace(local, portable))
 
 
 def read_router_config(path: Path) -> dict[str, Any]:
