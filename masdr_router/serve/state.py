@@ -89,7 +89,9 @@ class ServiceState:
         # serving defaults to both recall guards: routing should raise precision, never cost recall
         base = SearchConfig.from_yaml(cfg.search_config) if cfg.search_config else SERVING_SEARCH
         self.search = base.with_overrides(global_head=cfg.global_head, global_in_scope=cfg.global_in_scope)
-        self.llm = LLMClient(LLMConfig.load(cfg.llm_config, base_url=cfg.llm_base_url))
+        # as every command: the config file, else the MASDR_LLM_* / OPENAI_* variables; a flag wins
+        llm = LLMConfig.from_yaml(cfg.llm_config) if cfg.llm_config else LLMConfig.from_env()
+        self.llm = LLMClient(llm.with_overrides(base_url=cfg.llm_base_url))
         self.keys = KeyStore.from_yaml(cfg.api_keys_file, self.taxonomy) if cfg.api_keys_file else None
         self.current = self._initial_router()
         if self.index is not None:
