@@ -57,8 +57,8 @@ def serve(
     state = ServiceState(cfg)
     with out.status("loading the router and the index"):
         state.load()
-    assert state.current is not None
-    out.print(f"router [bold]{state.current.name}[/] ({state.current.policy}), "
+    current, _ = state.loaded()
+    out.print(f"router [bold]{current.name}[/] ({current.policy}), "
               f"{len(state.index) if state.index is not None else 'no'} indexed chunks, "
               f"{'API keys' if state.keys is not None else 'no authentication'}; "
               f"serving on http://{cfg.host}:{cfg.port} (docs at /docs)")

@@ -65,7 +65,8 @@ class MicroBatcher(Generic[T]):
         return await fut
 
     async def _next_batch(self) -> list[tuple[list[str], asyncio.Future[list[T]]]]:
-        assert self._queue is not None
+        if self._queue is None:
+            raise RuntimeError("MicroBatcher.start() was not called")
         first = self._carry or await self._queue.get()
         self._carry = None
         batch, n = [first], len(first[0])

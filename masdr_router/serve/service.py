@@ -18,7 +18,7 @@ from .auth import ANONYMOUS, Caller
 from .batching import MicroBatcher
 from .config import ServeConfig
 from .metrics import Metrics
-from .state import NotReady, ServiceState
+from .state import ServiceState
 
 if TYPE_CHECKING:
     from ..routers.base import RouteDecision
@@ -85,8 +85,7 @@ class Service:
 
     # ---- requests ----------------------------------------------------------------------------------
     def require_ready(self) -> None:
-        if not self.state.ready:
-            raise NotReady(f"not ready: {self.state.error}" if self.state.error else "not ready: still loading")
+        self.state.loaded()
 
     def caller(self, authorization: str | None) -> Caller:
         keys = self.state.keys
@@ -118,8 +117,7 @@ class Service:
         return out
 
     def _route_now(self, texts: list[str]) -> list[RouteDecision]:
-        current = self.state.current
-        assert current is not None
+        current, _ = self.state.loaded()
         return current.router.route_batch(texts)
 
     async def route(self, texts: list[str]) -> list[RouteDecision]:

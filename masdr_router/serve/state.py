@@ -73,6 +73,20 @@ class ServiceState:
         self.current: LoadedRouter | None = None
         self._reload_lock = threading.Lock()
 
+    # ---- what requests use -----------------------------------------------------------------------
+    def loaded(self) -> tuple[LoadedRouter, Taxonomy]:
+        """The router serving now and the taxonomy; :class:`NotReady` until loading has finished."""
+        if not self.ready or self.current is None or self.taxonomy is None:
+            raise NotReady(f"not ready: {self.error}" if self.error else "not ready: still loading")
+        return self.current, self.taxonomy
+
+    @property
+    def client(self) -> LLMClient:
+        """The LLM client answers are synthesised with (:class:`NotReady` until loaded)."""
+        if self.llm is None:
+            raise NotReady("not ready: no LLM client yet")
+        return self.llm
+
     # ---- loading ---------------------------------------------------------------------------------
     def load(self) -> None:
         from ..llm.client import LLMClient
@@ -137,8 +151,8 @@ class ServiceState:
         from ..atomic import write_json_atomic
 
         with self._reload_lock:  # one reload at a time; requests keep using self.current meanwhile
-            assert self.current is not None
-            new = self.build(spec or self.current.spec)
+            current, _ = self.loaded()
+            new = self.build(spec or current.spec)
             self.current = new
             if self.cfg.state_file:
                 write_json_atomic(self.cfg.state_file, {"router": new.spec, "loaded_at": new.loaded_at})
@@ -171,18 +185,19 @@ class ServiceState:
         ``caller`` is entitled to."""
         from ..routers.policy import search_plan
 
-        assert self.taxonomy is not None
+        _, taxonomy = self.loaded()
         search = self.search
         # the global recall guard guards against the router's mistakes; it would bring in other
         # scopes' chunks, which a limited caller may not see and a caller naming its scope did not ask for
         if (caller.scopes is not None or scope is not None) and search.global_head:
             search = search.with_overrides(global_head=0)
         if scope is not None:
-            self.taxonomy.check_scope(scope)
+            taxonomy.check_scope(scope)
             if not caller.allows(scope):
                 raise Forbidden(f"this API key is not entitled to scope '{scope}'")
             return [scope], None, search
-        assert decision is not None
+        if decision is None:
+            raise ValueError("plan() needs the routing decision when no scope is given")
         scopes, weights = search_plan(decision, policy)
         if caller.scopes is not None:
             keep = [i for i, s in enumerate(scopes or []) if s in caller.scopes]

@@ -107,7 +107,8 @@ class LoraRouter(Router):
             return np.concatenate(out) if out else np.zeros((0, len(self.labels)), np.float32)
         import torch
 
-        assert self.model is not None
+        if self.model is None:  # __init__ refuses a router with neither; this one has only ONNX
+            raise MasdrError("this router was loaded with runtime='onnx' and has no torch model")
         self.model.eval()
         with torch.inference_mode():
             for i in range(0, len(texts), batch_size):

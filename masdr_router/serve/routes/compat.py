@@ -42,9 +42,10 @@ async def predict(body: PredictRequest, request: Request, who: CallerDep) -> Any
     labels = visible_labels(svc, who)
     logits = None
     if body.raw_scores:  # TEI: scores before the softmax, when the router has them
-        router_ = svc.state.current.router  # type: ignore[union-attr]
+        current, taxonomy = svc.state.loaded()
+        router_ = current.router
         if hasattr(router_, "logits"):
-            all_labels = svc.state.taxonomy.names  # type: ignore[union-attr]
+            all_labels = taxonomy.names
             rows = await svc.timed(run_in_threadpool(router_.logits, texts))
             logits = [{s: float(r[all_labels.index(s)]) for s in labels} for r in rows]
     out = []

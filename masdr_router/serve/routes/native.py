@@ -42,7 +42,7 @@ def decision_body(d: RouteDecision, labels: list[str], *, top_k: int | None = No
 
 
 def visible_labels(svc: Service, who: Caller) -> list[str]:
-    names = svc.state.taxonomy.names  # type: ignore[union-attr]
+    names = svc.state.loaded()[1].names
     return names if who.scopes is None else [s for s in names if s in who.scopes]
 
 
@@ -52,8 +52,7 @@ async def route(body: RouteRequest, request: Request, who: CallerDep) -> JSONRes
     texts = svc.check_queries([body.query] if isinstance(body.query, str) else list(body.query))
     decisions = await svc.timed(svc.route(texts))
     labels = visible_labels(svc, who)
-    current = svc.state.current
-    assert current is not None
+    current, _ = svc.state.loaded()
     # a JSONResponse skips FastAPI's generic encoder: the hot path of a router service
     return JSONResponse({"router": current.name, "results": [
         {"query": q, **decision_body(svc.state.restrict(d, who), labels, top_k=body.top_k, trace=body.return_trace)}
@@ -67,8 +66,7 @@ async def retrieve(svc: Service, query: str, scope: str | None, k: int,
     decision = None
     if scope is None:
         decision = svc.state.restrict((await svc.route([query]))[0], who)
-    current = svc.state.current
-    assert current is not None
+    current, _ = svc.state.loaded()
     scopes, weights, search = svc.state.plan(decision, who, scope, current.policy)
     hits = await run_in_threadpool(svc.state.search_one, query, scopes, weights, search, k, who)
     return decision, scopes, hits
@@ -89,8 +87,7 @@ def synthesis(svc: Service, query: str, hits: list[Hit], max_tokens: int | None 
     """One synthesis call; an LLM failure is a 503 or a retrieval-only answer (``llm_down``)."""
     from ...answer.rag import synthesise
 
-    assert svc.state.llm is not None
-    text, cited, entry = synthesise(svc.state.llm, query, hits, max_answer_tokens=max_tokens or 256)
+    text, cited, entry = synthesise(svc.state.client, query, hits, max_answer_tokens=max_tokens or 256)
     if "error" in entry:
         svc.metrics.llm_failures.labels(where="synthesis").inc()
         if svc.cfg.llm_down == "error":
@@ -137,9 +134,8 @@ def answer_events(svc: Service, query: str, decision: RouteDecision | None, scop
 
     yield sse("decision", {"decision": decision_body(decision, labels) if decision else None,
                            "searched_scopes": scopes, "retrieved": [hit_dict(h, text=False) for h in hits]})
-    assert svc.state.llm is not None
     try:
-        for piece in stream_synthesis(svc.state.llm, query, hits):
+        for piece in stream_synthesis(svc.state.client, query, hits):
             if isinstance(piece, str):
                 yield sse("delta", {"text": piece})
             else:

@@ -101,9 +101,8 @@ def chunks(svc: Service, query: str, decision: RouteDecision | None, scopes: lis
         return f"data: {json.dumps(obj)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
-    assert svc.state.llm is not None
     try:
-        for piece in stream_synthesis(svc.state.llm, query, hits, max_answer_tokens=max_tokens or 256):
+        for piece in stream_synthesis(svc.state.client, query, hits, max_answer_tokens=max_tokens or 256):
             if isinstance(piece, str):
                 yield chunk({"content": piece})
             else:

@@ -28,10 +28,10 @@ async def ready(request: Request) -> JSONResponse:
     if not st.ready:
         return JSONResponse({"status": "loading" if st.error is None else "failed", "error": st.error},
                             status_code=503)
-    assert st.current is not None and st.taxonomy is not None
-    return JSONResponse({"status": "ready", "router": st.current.name, "router_spec": st.current.spec,
-                         "policy": st.current.policy, "taxonomy": st.taxonomy.name,
-                         "taxonomy_fingerprint": st.taxonomy.fingerprint, "scopes": st.taxonomy.names,
+    current, taxonomy = st.loaded()
+    return JSONResponse({"status": "ready", "router": current.name, "router_spec": current.spec,
+                         "policy": current.policy, "taxonomy": taxonomy.name,
+                         "taxonomy_fingerprint": taxonomy.fingerprint, "scopes": taxonomy.names,
                          "index": svc.cfg.index, "chunks": len(st.index) if st.index is not None else None,
                          "batching": svc.cfg.batching, "auth": st.keys is not None})
 
