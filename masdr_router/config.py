@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from .errors import ConfigError
+from .errors import ConfigError, ValidationError
 
 T = TypeVar("T", bound="ConfigBase")
 
@@ -28,6 +28,31 @@ SearchMode = Literal["dense", "bm25", "hybrid"]
 
 
 @functools.cache
+def read_yaml(path: str | Path, *, kind: str = "config file", error: type[ValidationError] = ConfigError) -> Any:
+    """The parsed YAML file at ``path``, or ``error`` naming the file (and the line of a syntax
+    error, with the parser's problem, not its context): what every YAML input of the package uses.
+
+    >>> read_yaml("nope.yaml", kind="taxonomy file")
+    Traceback (most recent call last):
+    ...
+    masdr_router.errors.ConfigError: nope.yaml: taxonomy file not found
+    """
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"is a directory, not a {kind}" if p.is_dir() else f"{kind} not found", path=str(p))
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:  # the problem and its line, not the parser's context ("while parsing …")
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise error(f"invalid YAML: {problem}", path=str(p), line=mark.line + 1 if mark is not None else None) \
+            from None
+    except UnicodeDecodeError:
+        raise error("file is not UTF-8 text", path=str(p)) from None
+
+
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -104,20 +129,7 @@ class ConfigBase:
 
     @classmethod
     def from_yaml(cls: type[T], path: str | Path) -> T:
-        import yaml
-
-        if not Path(path).is_file():
-            what = "is a directory, not a config file" if Path(path).is_dir() else "config file not found"
-            raise ConfigError(what, path=str(path))
-        try:
-            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:  # the problem and its line, not the parser's context ("while parsing …")
-            mark = getattr(e, "problem_mark", None)
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ConfigError(f"invalid YAML: {problem}", path=str(path),
-                              line=mark.line + 1 if mark is not None else None) from None
-        except UnicodeDecodeError:
-            raise ConfigError("file is not UTF-8 text", path=str(path)) from None
+        raw = read_yaml(path)
         if raw is not None and not isinstance(raw, dict):
             raise ConfigError(f"expected a mapping of config keys, got {type(raw).__name__}", path=str(path))
         return cls.from_dict(raw, source=str(path))

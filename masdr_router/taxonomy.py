@@ -61,21 +61,9 @@ class Taxonomy:
     # ---- construction -------------------------------------------------------------------------
     @classmethod
     def from_yaml(cls, path: str | Path) -> Taxonomy:
-        import yaml
+        from .config import read_yaml
 
-        path = Path(path)
-        if not path.is_file():
-            raise ValidationError("taxonomy file not found", path=str(path))
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            line = mark.line + 1 if mark is not None else None
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ValidationError(f"invalid YAML: {problem}", path=str(path), line=line) from None
-        except UnicodeDecodeError:
-            raise ValidationError("file is not UTF-8 text", path=str(path)) from None
-        return cls.from_dict(raw, source=str(path))
+        return cls.from_dict(read_yaml(path, kind="taxonomy file", error=ValidationError), source=str(path))
 
     @classmethod
     def from_dict(cls, raw: Any, *, source: str | None = None) -> Taxonomy:

@@ -74,17 +74,10 @@ class KeyStore:
     @classmethod
     def from_yaml(cls, path: str | Path, taxonomy: Taxonomy) -> KeyStore:
         """Read the keys file; an unknown scope, a missing key or a duplicate name is a ConfigError."""
-        import yaml
+        from ..config import read_yaml
 
         p = Path(path)
-        if not p.is_file():
-            raise ConfigError("API keys file not found", path=str(p))
-        try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise ConfigError(f"invalid YAML: {getattr(e, 'problem', None) or e}", path=str(p),
-                              line=mark.line + 1 if mark is not None else None) from None
+        raw = read_yaml(p, kind="API keys file")
         if not isinstance(raw, dict) or not isinstance(raw.get("keys"), list) or not raw["keys"]:
             raise ConfigError("expected a mapping with a non-empty list 'keys'", path=str(p))
         entries, names = [], set()
