@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", type=Path, default=Path("bench/results/head_compare.json"))
     args = ap.parse_args(argv)
 
-    from new_taxonomy import load
+    from new_taxonomy import labelled_router, load
 
-    from masdr_router import LoraRouter, TrainConfig, evaluate_router, train_router
+    from masdr_router import LoraRouter, TrainConfig, evaluate_router
 
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
     for name in args.datasets:
@@ -42,18 +41,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             key = f"{name}/{pooling}"
             if key in report:
                 continue
-            path = args.work / (f"{name}-router" if pooling == "mean" else f"{name}-router-pooler")
-            meta = path / "bench.json"
-            if meta.is_file():
-                train_s = json.loads(meta.read_text())["train_s"]
-            else:
-                t0 = time.perf_counter()
-                res = train_router(ds.taxonomy, split["train"], split["val"],
-                                   TrainConfig(progress=False, device="cpu", pooling=pooling))
-                train_s = time.perf_counter() - t0
-                res.router.save_pretrained(path, overwrite=True)
-                meta.write_text(json.dumps({"result": {"classification_threshold": res.router.threshold,
-                                                       "regime": res.extra["regime"]}, "train_s": train_s}))
+            cfg = TrainConfig(progress=False, device="cpu", pooling=pooling)
+            path, _, train_s = labelled_router(ds, split, args.work, cfg, "" if pooling == "mean" else "-pooler")
             rep = evaluate_router(LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy), split["test"])
             report[key] = {"macro_f1": rep["top1_macro_f1"], "accuracy": rep["top1_accuracy"], "ece": rep["ece"],
                            "train_s": round(train_s, 1), "n_test": len(split["test"])}

@@ -57,11 +57,13 @@ def get_index(ds: Any, work: Path) -> Any:
     return index
 
 
-def labelled_router(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any) -> tuple[Path, dict[str, Any], float]:
-    """The default router on the labelled train split (val given), cached under --work."""
+def labelled_router(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any,
+                    suffix: str = "") -> tuple[Path, dict[str, Any], float]:
+    """The router ``cfg`` trains on the labelled train split (val given), cached under --work as
+    ``DATASET-router{suffix}``."""
     from masdr_router.training.trainer import train_router
 
-    path = work / f"{ds.name}-router"
+    path = work / f"{ds.name}-router{suffix}"
     meta = path / "bench.json"
     if meta.is_file():
         info = json.loads(meta.read_text())
@@ -70,7 +72,7 @@ def labelled_router(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any) 
     res = train_router(ds.taxonomy, split["train"], split["val"], cfg)
     train_s = time.perf_counter() - t0
     res.router.save_pretrained(path, overwrite=True)
-    result = {"held_out": None, "regime": res.extra.get("regime"), "model": res.extra.get("selection", {}).get("model"),
+    result = {"regime": res.extra.get("regime"), "model": res.extra.get("selection", {}).get("model"),
               "classification_threshold": res.router.threshold}
     meta.write_text(json.dumps({"result": result, "train_s": train_s}))
     return path, result, train_s
