@@ -131,6 +131,11 @@ class AnswerFieldStream:
         self._pos: int | None = None  # where the undecoded part of the string starts
         self.done = False
 
+    @property
+    def started(self) -> bool:
+        """Whether the answer's value has begun (the reply follows the schema)."""
+        return self._pos is not None
+
     def feed(self, piece: str) -> str:
         self.raw += piece
         if self.done:
@@ -195,7 +200,7 @@ def stream_synthesis(client: ChatClient, question: str, hits: list[Hit], *, max_
         if text:
             yield text
     answer, cited = parse_answer(parser.raw, ids)
-    if not parser.done and answer and parser._pos is None:
+    if answer and not parser.started:
         yield answer  # a server that ignored the schema: what parse_answer salvaged
     yield answer, cited, {"stage": "synthesis", "citations": len(cited), "streamed": True,
                           "latency_ms": round((time.perf_counter() - t0) * 1000, 3)}
