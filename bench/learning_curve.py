@@ -83,8 +83,11 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
                                      **(LEGACY if system == "legacy" else {}), **ctx["overrides"]})
         res = train_router(taxonomy, train, None, cfg)
         pred = res.router.predict(xte)
-        extra = {"regime": res.extra["regime"], "model": res.extra["selection"]["model"],
-                 "best_epoch": res.best_epoch}
+        sel = res.extra["selection"]
+        extra = {"regime": res.extra["regime"], "model": sel["model"], "best_epoch": res.best_epoch,
+                 # held-out scores of every candidate: what another guard would have chosen
+                 "held_out_macro_f1": {k.split("_")[0]: round(v, 4) for k, v in sel.items()
+                                       if k.endswith(("_cv_macro_f1", "_val_macro_f1"))}}
     elif system == "tfidf-lr":
         from sklearn.feature_extraction.text import TfidfVectorizer
 

@@ -364,6 +364,27 @@ def test_the_guard_exports_the_probe_when_it_validates_better(bbc_queries, tmp_p
     assert off.extra["selection"]["model"] == "lora"
 
 
+def test_the_centroid_head_is_scored_always_and_exported_only_when_allowed(bbc_queries, tmp_path):
+    """The centroid head is a linear layer over raw pooled features that predicts exactly the cosine
+    nearest scope centroid of the sentence embeddings."""
+    from masdr_router import Embedder
+
+    tax, qs = bbc_queries
+    crippled = {**SMALL, "head_init": "random", "learning_rate": 1e-9, "epochs": 1, "max_length": 64}
+    default = train_router(tax, qs, None, TrainConfig(**crippled))
+    assert default.extra["selection"]["model"] != "centroid" and "centroid_cv_macro_f1" in default.extra["selection"]
+    only = train_router(tax, qs, None, TrainConfig(**crippled, frozen_heads=["centroid"]))
+    sel = only.extra["selection"]
+    assert sel["model"] == "centroid" and sel["centroid_cv_macro_f1"] > sel["lora_cv_macro_f1"]
+    texts = [q.query for q in qs]
+    emb = Embedder("minilm", device="cpu", max_length=64).encode(texts)
+    y = np.array([tax.names.index(q.scope) for q in qs])
+    centroids = np.stack([emb[y == i].mean(0) for i in range(len(tax.names))])
+    cosine = emb @ (centroids / np.linalg.norm(centroids, axis=1, keepdims=True)).T
+    loaded = LoraRouter.from_pretrained(only.router.save_pretrained(tmp_path / "router"))
+    assert (loaded.predict_proba(texts).argmax(1) == cosine.argmax(1)).all()
+
+
 def test_thresholds_for_retrieval_keep_recall_at_global_and_are_stored(bbc_small, bbc_index, bbc_small_dir, tmp_path):
     from masdr_router import SearchConfig, build_router
     from masdr_router.training.run import run_training

@@ -115,6 +115,10 @@ def selection_line(metrics: dict[str, Any]) -> str:
     if sel.get("model") == "probe":
         return (f"the frozen-encoder probe (logistic regression, C={sel.get('probe_C')}): its {held} macro-F1 "
                 f"{_f(probe)} beat the LoRA model's {_f(lora)}, so the guard kept it")
+    if sel.get("model") == "centroid":
+        centroid = sel.get("centroid_cv_macro_f1", sel.get("centroid_val_macro_f1"))
+        return (f"the frozen-encoder nearest-centroid head: its {held} macro-F1 {_f(centroid)} beat the LoRA "
+                f"model's {_f(lora)} (and the probe's {_f(probe)}), so the guard kept it")
     return (f"LoRA fine-tuned from a probe-initialised head; {held} macro-F1 {_f(lora)} against the frozen "
             f"probe's {_f(probe)}")
 

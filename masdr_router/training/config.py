@@ -42,7 +42,10 @@ class TrainConfig(ConfigBase):
     head_init: Literal["probe", "random"] = field(default="probe", metadata={
         "help": "'probe': start the head from a logistic-regression probe on frozen features (LP-FT)"})
     keep_probe: bool = field(default=True, metadata={
-        "help": "export the frozen probe instead when it scores better on validation (recorded in the card)"})
+        "help": "export a frozen-encoder head instead when it scores better on validation (recorded in the card)"})
+    frozen_heads: list[str] = field(default_factory=lambda: ["probe"], metadata={
+        "help": "the frozen-encoder heads keep_probe may export: 'probe' (logistic regression) and/or "
+                "'centroid' (nearest scope centroid); both are always scored and recorded"})
     corpus_weight: float = field(default=0.3, metadata={
         "help": "with --corpus: the weight of one pseudo-query in the loss, a labelled query weighing 1"})
     # optimisation
@@ -100,6 +103,8 @@ class TrainConfig(ConfigBase):
                 ("target_abstain_rate", self.target_abstain_rate is None or 0 <= self.target_abstain_rate < 1,
                  f"must be in [0, 1), got {self.target_abstain_rate}"),
                 ("target_modules", bool(self.target_modules), "must name at least one module"),
+                ("frozen_heads", set(self.frozen_heads) <= {"probe", "centroid"},
+                 f"must be a list of 'probe' and 'centroid', got {self.frozen_heads}"),
                 ("cv_folds", self.cv_folds >= 2, f"must be >= 2, got {self.cv_folds}"),
                 ("corpus_weight", self.corpus_weight > 0, f"must be > 0, got {self.corpus_weight}"),
                 ("min_steps", self.min_steps >= 0, f"must be >= 0, got {self.min_steps}"),

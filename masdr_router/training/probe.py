@@ -22,7 +22,8 @@ class LinearProbe:
 
     weight: np.ndarray  # (n_labels, hidden)
     bias: np.ndarray  # (n_labels,)
-    C: float
+    C: float  # the regression's inverse regularisation (0 for the centroid head, which has none)
+    kind: str = "probe"  # "probe" (logistic regression) or "centroid"
 
     def logits(self, features: np.ndarray) -> np.ndarray:
         return features @ self.weight.T + self.bias
@@ -88,3 +89,31 @@ def fit_probe(features: np.ndarray, labels: np.ndarray, n_labels: int, *, balanc
     w[present] = coef / sigma
     b[present] = intercept - (coef / sigma) @ mu
     return LinearProbe(weight=w.astype(np.float32), bias=b.astype(np.float32), C=c)
+
+
+# Cosine logits of about this size: the calibration's temperature (clipped to [0.05, 20]) then has
+# room on both sides whatever the encoder's feature norms are.
+CENTROID_LOGIT_SCALE = 20.0
+
+
+def fit_centroid(features: np.ndarray, labels: np.ndarray, n_labels: int) -> LinearProbe:
+    """The nearest-centroid classifier (cosine to each scope's mean normalised feature) as a linear
+    head on raw pooled features. The argmax of ``x . c`` equals that of ``x/|x| . c``, so a linear layer
+    over raw features predicts exactly the cosine nearest centroid; the weights are scaled by the mean
+    feature norm so the logits are ``CENTROID_LOGIT_SCALE`` times a cosine, on average. A label with no
+    example is never predicted.
+
+    >>> x = np.array([[2., 0.], [3., .1], [0., 1.], [.1, 2.]]); y = np.array([0, 0, 2, 2])
+    >>> h = fit_centroid(x, y, 3); h.logits(x).argmax(1).tolist(), h.kind
+    ([0, 0, 2, 2], 'centroid')
+    """
+    norms = np.linalg.norm(features, axis=1, keepdims=True)
+    unit = features / np.maximum(norms, 1e-9)
+    w = np.zeros((n_labels, features.shape[1]))
+    b = np.full(n_labels, -1e4)
+    for c in np.unique(labels):
+        mean = unit[labels == c].mean(0)
+        w[c] = mean / max(float(np.linalg.norm(mean)), 1e-9)
+        b[c] = 0.0
+    w *= CENTROID_LOGIT_SCALE / max(float(norms.mean()), 1e-9)
+    return LinearProbe(weight=w.astype(np.float32), bias=b.astype(np.float32), C=0.0, kind="centroid")

@@ -15,7 +15,8 @@ Two regimes (``TrainConfig.regime``; ``auto`` picks by data size):
   and threshold are fitted on the out-of-fold predictions.
 
 In both, the head starts from a logistic-regression probe on the frozen encoder (LP-FT), and the
-probe itself is exported instead when it validates better (``keep_probe``). A run is a sequence of
+probe itself (or the nearest-centroid head, when ``frozen_heads`` allows it) is exported instead
+when it validates better (``keep_probe``). A run is a sequence of
 named steps: :func:`check_labels`, :func:`build_run` (model, optimizer, encoded data),
 :func:`fit_epochs`, :func:`calibrate`. Global switches (RNG seeds, deterministic kernels, progress
 bars, a peft warning filter) hold for the run only.
@@ -609,9 +610,12 @@ def probe_model(frozen: Any, probe: LinearProbe, n_labels: int, pooling: str) ->
     return model
 
 
-def _guard(cfg: TrainConfig, lora_f1: float, probe_f1: float) -> bool:
-    """Whether the probe replaces the fine-tuned model (strictly better on held-out data)."""
-    return cfg.keep_probe and probe_f1 > lora_f1 + 1e-9
+def _guard(cfg: TrainConfig, lora_f1: float, heads: dict[str, float]) -> str:
+    """Which model to export: ``"lora"``, or the frozen head in ``cfg.frozen_heads`` that is strictly
+    better on held-out data (the probe on a tie between the two)."""
+    allowed = {k: v for k, v in heads.items() if k in cfg.frozen_heads} if cfg.keep_probe else {}
+    best = max(allowed, key=lambda k: (allowed[k], k == "probe"), default=None)
+    return best if best is not None and allowed[best] > lora_f1 + 1e-9 else "lora"
 
 
 def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQuery],
@@ -619,7 +623,7 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
                  tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None,
                  extra: Encoded | None) -> Fitted:
     from .model import load_trainable_state
-    from .probe import fit_probe
+    from .probe import fit_centroid, fit_probe
 
     labels = taxonomy.names
     train_q, val_q = prepare_splits(train, val, cfg)
@@ -638,19 +642,19 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
         load_trainable_state(run.unwrapped, state.best)
     true = va.y.numpy()
     lora_logits = run.predict_logits(va.ids, va.mask)
-    probe_logits = probe.logits(va.features)
-    lora_f1 = macro_f1(true, lora_logits.argmax(1), len(labels))
-    probe_f1 = macro_f1(true, probe_logits.argmax(1), len(labels))
-    use_probe = _guard(cfg, lora_f1, probe_f1)
-    logits = probe_logits if use_probe else lora_logits
-    model = probe_model(frozen, probe, len(labels), cfg.pooling) if use_probe else run.unwrapped
+    heads = {"probe": probe, "centroid": fit_centroid(tr.features, tr.y.numpy(), len(labels))}
+    held = {"lora": lora_logits, **{k: h.logits(va.features) for k, h in heads.items()}}
+    f1 = {k: macro_f1(true, v.argmax(1), len(labels)) for k, v in held.items()}
+    chosen = _guard(cfg, f1["lora"], {k: f1[k] for k in heads})
+    logits = held[chosen]
+    model = run.unwrapped if chosen == "lora" else probe_model(frozen, heads[chosen], len(labels), cfg.pooling)
     calibration = calibrate(cfg, logits, true)
     pred = logits.argmax(1)
     val_metrics = {"accuracy": float((pred == true).mean()), "macro_f1": macro_f1(true, pred, len(labels)),
-                   "best_epoch": 0 if use_probe else state.best_epoch, "epochs_run": len(state.history),
+                   "best_epoch": state.best_epoch if chosen == "lora" else 0, "epochs_run": len(state.history),
                    "stopped_early": state.stopped_early}
-    selection = {"model": "probe" if use_probe else "lora", "lora_val_macro_f1": lora_f1,
-                 "probe_val_macro_f1": probe_f1, "probe_C": probe.C, "epoch_budget": run.epochs}
+    selection = {"model": chosen, **{f"{k}_val_macro_f1": v for k, v in f1.items()}, "probe_C": probe.C,
+                 "epoch_budget": run.epochs}
     return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=state.history,
                   seconds=state.seconds, n_train=len(tr.y), n_val=len(val_q), selection=selection,
                   held_out=(val_q, logits), resumed_from_epoch=state.resumed_from_epoch, run=run)
@@ -660,7 +664,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
             frozen: Any, tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None,
             extra: Encoded | None) -> Fitted:
     """k folds -> per-epoch out-of-fold macro-F1 -> best epoch count -> refit on everything."""
-    from .probe import fit_probe
+    from .probe import fit_centroid, fit_probe
 
     labels = taxonomy.names
     if len(train) < cfg.cv_folds:
@@ -675,7 +679,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     # count chosen on the folds means the same amount of training for the final model
     epochs = epoch_budget(cfg, len(train))
     oof = np.zeros((epochs, len(train), len(labels)), dtype=np.float32)  # per epoch, out-of-fold logits
-    probe_oof = np.zeros((len(train), len(labels)), dtype=np.float32)
+    frozen_oof = {k: np.zeros((len(train), len(labels)), dtype=np.float32) for k in ("probe", "centroid")}
     fold_rows = []
     # Every fold trains the whole budget: stopping on a few dozen held-out queries picks noise (a
     # first fold stopped at its own plateau chose 5 epochs where 12 were right, BBC at 8 per scope).
@@ -686,7 +690,8 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
             tr = tr + extra
         probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=balanced, seed=cfg.seed,
                           sample_weight=tr.weight.numpy())
-        probe_oof[val_rows] = probe.logits(va.features)
+        frozen_oof["probe"][val_rows] = probe.logits(va.features)
+        frozen_oof["centroid"][val_rows] = fit_centroid(tr.features, tr.y.numpy(), len(labels)).logits(va.features)
         log.info("cross-validation fold %d/%d: %d training, %d held-out queries", i + 1, len(folds),
                  len(train_rows), len(val_rows))
         run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=f"fold{i}", epochs=epochs,
@@ -698,20 +703,23 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     cv_f1 = [macro_f1(true, oof[e].argmax(1), len(labels)) for e in range(epochs)]
     cv_acc = [float((oof[e].argmax(1) == true).mean()) for e in range(epochs)]
     best = int(np.argmax(cv_f1))  # the first of equal scores: fewer epochs
-    probe_f1 = macro_f1(true, probe_oof.argmax(1), len(labels))
-    use_probe = _guard(cfg, cv_f1[best], probe_f1)
+    frozen_f1 = {k: macro_f1(true, v.argmax(1), len(labels)) for k, v in frozen_oof.items()}
+    chosen = _guard(cfg, cv_f1[best], frozen_f1)
     history = [{"epoch": e + 1, "cv_macro_f1": cv_f1[e], "cv_accuracy": cv_acc[e]} for e in range(epochs)]
     for row in history:
         tracker.log(row)
-    log.info("cross-validation: best %d epochs (out-of-fold macro-F1 %.4f); frozen probe %.4f -> %s",
-             best + 1, cv_f1[best], probe_f1, "probe" if use_probe else "LoRA, refit on all queries")
+    log.info("cross-validation: best %d epochs (out-of-fold macro-F1 %.4f); frozen probe %.4f, centroid %.4f -> %s",
+             best + 1, cv_f1[best], frozen_f1["probe"], frozen_f1["centroid"],
+             "LoRA, refit on all queries" if chosen == "lora" else chosen)
     everything = data + extra if extra is not None else data
     final_probe = fit_probe(everything.features, everything.y.numpy(), len(labels), balanced=balanced,
                             seed=cfg.seed, sample_weight=everything.weight.numpy())
     run = None
-    if use_probe:
-        model = probe_model(frozen, final_probe, len(labels), cfg.pooling)
-        logits = probe_oof
+    if chosen != "lora":
+        head = final_probe if chosen == "probe" else fit_centroid(everything.features, everything.y.numpy(),
+                                                                  len(labels))
+        model = probe_model(frozen, head, len(labels), cfg.pooling)
+        logits = frozen_oof[chosen]
     else:
         n_pseudo = len(everything.y) - len(train)
         run = build_run(cfg, labels, base_path, tokenizer, everything, None,
@@ -726,10 +734,11 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     calibration = calibrate(cfg, logits, true)
     pred = logits.argmax(1)
     val_metrics = {"accuracy": float((pred == true).mean()), "macro_f1": macro_f1(true, pred, len(labels)),
-                   "best_epoch": 0 if use_probe else best + 1, "epochs_run": epochs, "stopped_early": False,
+                   "best_epoch": best + 1 if chosen == "lora" else 0, "epochs_run": epochs, "stopped_early": False,
                    "held_out": f"{cfg.cv_folds}-fold out-of-fold predictions"}
-    selection = {"model": "probe" if use_probe else "lora", "lora_cv_macro_f1": cv_f1[best],
-                 "probe_cv_macro_f1": probe_f1, "probe_C": final_probe.C, "epoch_budget": epochs,
+    selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best],
+                 **{f"{k}_cv_macro_f1": v for k, v in frozen_f1.items()}, "probe_C": final_probe.C,
+                 "epoch_budget": epochs,
                  "folds": cfg.cv_folds, "fold_val_macro_f1": fold_rows}
     return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=history,
                   seconds=time.perf_counter() - t0, n_train=len(everything.y), n_val=0, selection=selection,
