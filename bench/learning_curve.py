@@ -17,6 +17,12 @@ Systems:
 - ``setfit``   : SetFit with the same MiniLM encoder (when installed; its own regime is 8-64 per class)
 
     python bench/learning_curve.py --datasets bbc composite --sizes 8 16 32 64 all [--systems ...]
+    python bench/learning_curve.py --report a.json b.json [--markdown]   # merge runs into one table
+
+The report also shows ``+centroid``: what the default would score if its guard could also export the
+nearest-centroid head (``frozen_heads: [probe, centroid]``). It is exact, not an estimate: the run
+records every candidate's held-out macro-F1, the guard's choice follows from them, and the centroid
+head predicts exactly what the ``centroid`` baseline predicts (tests/test_training.py).
 """
 
 from __future__ import annotations
@@ -135,7 +141,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--max-docs-per-scope", type=int, default=None, help="subsample the data sets (e.g. 20ng)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="TrainConfig override")
     ap.add_argument("--out", type=Path, default=Path("bench/results/learning_curve.json"))
+    ap.add_argument("--report", nargs="+", type=Path, metavar="JSON", help="only merge these results into a table")
+    ap.add_argument("--markdown", action="store_true", help="with --report: print a markdown table")
     args = ap.parse_args(argv)
+    if args.report:
+        rows = merge([json.loads(f.read_text())["results"] for f in args.report])
+        print(markdown_table(rows)) if args.markdown else print_table(__import__("rich.console").console.Console(),
+                                                                       rows, list(SYSTEMS))
+        return {"results": rows}
 
     from rich.console import Console
 
@@ -171,6 +184,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 args.out.write_text(json.dumps(report, indent=2))
     print_table(console, report["results"], args.systems)
     return report
+
+
+def merge(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per (set, size, system); a later file wins."""
+    cells = {(r["dataset"], r["size"], r["system"]): r for rows in runs for r in rows}
+    return list(cells.values())
+
+
+def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The default's score had its guard been allowed the centroid head (None: not recorded)."""
+    d, c = row.get("default"), row.get("centroid")
+    held = (d or {}).get("held_out_macro_f1")
+    if not held or c is None or "centroid" not in held:
+        return None
+    frozen = max(("probe", "centroid"), key=lambda k: (held[k], k == "probe"))  # as the trainer's _guard
+    if frozen == "centroid" and held["centroid"] > held["lora"] + 1e-9:
+        return {**c, "model": "centroid"}
+    return d  # the same choice as the run made: lora, or the probe
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in results:
+        cells.setdefault((r["dataset"], r["size"]), {})[r["system"]] = r
+    baselines = [s for s in SYSTEMS if s not in ("default", "legacy")]
+    order = {"8": 0, "16": 1, "32": 2, "64": 3, "all": 4}
+    out = ["| set | per scope (n) | default: macro-F1 (acc), time, model | " + " | ".join(baselines)
+           + " | default − best baseline | +centroid |", "|" + "---|" * (len(baselines) + 5)]
+    for (ds, size), row in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9))):
+        if "default" not in row:
+            continue
+        d = row["default"]
+        base = {s: row[s] for s in baselines if s in row}
+        best = max(base, key=lambda s: base[s]["macro_f1"]) if base else None
+        cf = with_centroid_guard(row)
+        cols = [f"**{base[s]['macro_f1']:.3f}** ({base[s]['accuracy']:.3f})" if s == best
+                else f"{base[s]['macro_f1']:.3f} ({base[s]['accuracy']:.3f})" if s in base else "–" for s in baselines]
+        delta = f"{d['macro_f1'] - base[best]['macro_f1']:+.3f}" if best else "–"
+        cf_cell = "–" if cf is None else (f"{cf['macro_f1']:.3f} (centroid)" if cf is not d else "same")
+        out.append(f"| {ds} | {size} ({d['n_train']}) | {d['macro_f1']:.3f} ({d['accuracy']:.3f}), "
+                   f"{d['train_s']:.0f} s, {d.get('regime', '?')}/{d.get('model', '?')} | " + " | ".join(cols)
+                   + f" | {delta} | {cf_cell} |")
+    return "\n".join(out)
 
 
 def print_table(console: Any, results: list[dict[str, Any]], systems: list[str]) -> None:
