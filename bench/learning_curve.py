@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import random
@@ -42,6 +43,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 import numpy as np
 
 SYSTEMS = ("default", "legacy", "probe", "tfidf-lr", "centroid", "setfit")
+SETFIT_ITERATIONS = 20
 LEGACY = {"regime": "holdout", "head_init": "random", "keep_probe": False, "min_steps": 0}
 
 
@@ -93,7 +95,7 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
         extra = {"regime": res.extra["regime"], "model": sel["model"], "best_epoch": res.best_epoch,
                  # held-out scores of every candidate: what another guard would have chosen
                  "held_out_macro_f1": {k.split("_")[0]: round(v, 4) for k, v in sel.items()
-                                       if k.endswith(("_cv_macro_f1", "_val_macro_f1"))}}
+                                       if k.endswith(("_cv_macro_f1", "_val_macro_f1")) and isinstance(v, float)}}
     elif system == "tfidf-lr":
         from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -126,8 +128,12 @@ def run_setfit(xtr: list[str], ytr: list[str], xte: list[str]) -> list[str]:
 
     model = SetFitModel.from_pretrained(resolve_encoder_path("minilm"))
     with __import__("tempfile").TemporaryDirectory() as tmp:
-        args = TrainingArguments(output_dir=tmp, save_strategy="no", batch_size=32, num_epochs=1, num_iterations=5,
-                                 max_steps=600, seed=0, report_to="none")
+        # SetFit's own few-shot setting (20 pair iterations, one epoch), capped at 600 steps; max_steps
+        # must not exceed one epoch's steps, since it overrides num_epochs and would repeat the pairs
+        steps = min(600, math.ceil(2 * SETFIT_ITERATIONS * len(xtr) / 32))
+        args = TrainingArguments(output_dir=tmp, save_strategy="no", batch_size=32, num_epochs=1,
+                                 num_iterations=SETFIT_ITERATIONS, max_steps=steps, seed=0, report_to="none",
+                                 show_progress_bar=False)
         Trainer(model=model, args=args, train_dataset=Dataset.from_dict({"text": xtr, "label": ytr})).train()
     return list(model.predict(xte))
 
