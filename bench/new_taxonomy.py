@@ -10,6 +10,10 @@ global search, the router at the classification threshold (0.95 accuracy when an
 at the threshold chosen for retrieval, ``+vote`` with its stored threshold and weight, and the
 oracle scope. P@10 and R@10.
 
+``retrieval-small`` (32 labelled queries per scope, no val file) and ``retrieval-cv`` (every train+val
+query, the cross-validated regime forced): the thresholds are fitted on out-of-fold predictions
+instead of the val split.
+
 ``coldstart``: pseudo-queries from the corpus (`masdr synth-queries`, none leaking val or test), a
 router trained on them alone (`masdr train --corpus C` without --train), against the regex router,
 the zero-shot LLM router on the embedded llama.cpp server (constrained choice) and the router trained
@@ -24,6 +28,7 @@ Resumable: finished (data set, part) cells are kept in the JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -79,10 +84,12 @@ def labelled_router(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any,
 
 
 def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k: int,
-                   per_scope: int | None = None) -> dict[str, Any]:
+                   per_scope: int | None = None, pooled: bool = False) -> dict[str, Any]:
     """With ``per_scope``: the small-data case a new agency starts in -- that many labelled queries
     per scope from train+val, no validation file (so the cross-validated regime), the thresholds
-    fitted on the out-of-fold predictions, exactly as `masdr train --index` does without --val."""
+    fitted on the out-of-fold predictions, exactly as `masdr train --index` does without --val.
+    With ``pooled``: every train+val query, the cross-validated regime forced (``regime: cv``), so
+    the thresholds are fitted on out-of-fold predictions for all of them, not on the val split."""
     from masdr_router import SearchConfig
     from masdr_router.routers.lora import LoraRouter
     from masdr_router.training.thresholds import fit_retrieval_thresholds
@@ -91,7 +98,7 @@ def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k
     index = get_index(ds, work)
     search = SearchConfig(global_head=1, global_in_scope=True)
     t0 = time.perf_counter()
-    if per_scope is None:
+    if per_scope is None and not pooled:
         path, info, train_s = labelled_router(ds, split, work, cfg)
         router = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
         held, cls_threshold = split["val"], info["classification_threshold"]
@@ -101,7 +108,7 @@ def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k
         from learning_curve import sample_per_scope
 
         train = sample_per_scope(split["train"] + split["val"], per_scope, seed=0)
-        res = train_router(ds.taxonomy, train, None, cfg)
+        res = train_router(ds.taxonomy, train, None, dataclasses.replace(cfg, regime="cv") if pooled else cfg)
         train_s = time.perf_counter() - t0
         router, (held, probs) = res.router, res.held_out
         cls_threshold, regime = router.threshold, res.extra["regime"]
@@ -187,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", nargs="+", default=["bbc", "20ng", "composite", "django-docs", "sqlalchemy-docs"])
     ap.add_argument("--parts", nargs="+", default=["retrieval", "coldstart"],
-                    choices=["retrieval", "retrieval-small", "coldstart"])
+                    choices=["retrieval", "retrieval-small", "retrieval-cv", "coldstart"])
     ap.add_argument("--small-per-scope", type=int, default=32,
                     help="labelled queries per scope for the retrieval-small part (no validation file)")
     ap.add_argument("--k", type=int, default=10)
@@ -217,7 +224,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 res = part_coldstart(ds, split, args.work, cfg, args)
             else:
                 res = part_retrieval(ds, split, args.work, cfg, args.k,
-                                     args.small_per_scope if part == "retrieval-small" else None)
+                                     args.small_per_scope if part == "retrieval-small" else None,
+                                     pooled=part == "retrieval-cv")
             res["wall_s"] = round(time.perf_counter() - t0, 1)
             print(json.dumps({key: res}), flush=True)
             report["results"][key] = res
@@ -238,7 +246,8 @@ def print_tables(results: dict[str, Any]) -> None:
         t.add_column(c, justify="left" if c == "set" else "right")
     for key, r in results.items():
         if "/retrieval" in key:
-            label = key.split("/")[0] + (f" ({r['per_scope']}/scope)" if r.get("per_scope") else "")
+            label = key.split("/")[0] + (f" ({r['per_scope']}/scope)" if r.get("per_scope") else
+                                         " (cv, out-of-fold fit)" if key.endswith("retrieval-cv") else "")
             t.add_row(label, *(f"{r['systems'][c]['p_at_k']:.3f} / {r['systems'][c]['r_at_k']:.3f}" for c in cols))
     console.print(t)
     t = Table(title="cold start: top-1 macro-F1 (accuracy) on a test sample")
