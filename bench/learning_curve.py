@@ -17,7 +17,7 @@ Systems:
 - ``setfit``   : SetFit with the same MiniLM encoder (when installed; its own regime is 8-64 per class)
 
     python bench/learning_curve.py --datasets bbc composite --sizes 8 16 32 64 all [--systems ...]
-    python bench/learning_curve.py --report a.json b.json [--markdown]   # merge runs into one table
+    python bench/learning_curve.py --report a.json b.json   # merge runs (sample seeds averaged) into one table
 
 The report also shows ``+centroid``: what the default would score if its guard could also export the
 nearest-centroid head (``frozen_heads: [probe, centroid]``). It is exact, not an estimate: the run
@@ -147,13 +147,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--max-docs-per-scope", type=int, default=None, help="subsample the data sets (e.g. 20ng)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="TrainConfig override")
     ap.add_argument("--out", type=Path, default=Path("bench/results/learning_curve.json"))
-    ap.add_argument("--report", nargs="+", type=Path, metavar="JSON", help="only merge these results into a table")
-    ap.add_argument("--markdown", action="store_true", help="with --report: print a markdown table")
+    ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
+                    help="only merge these results (several sample seeds are averaged) into a markdown table")
     args = ap.parse_args(argv)
     if args.report:
-        rows = merge([json.loads(f.read_text())["results"] for f in args.report])
-        print(markdown_table(rows)) if args.markdown else print_table(__import__("rich.console").console.Console(),
-                                                                       rows, list(SYSTEMS))
+        reports = [json.loads(f.read_text()) for f in args.report]
+        rows = merge([[{"seed": rep["seed"], **r} for r in rep["results"]] for rep in reports])
+        print(markdown_table(rows))
         return {"results": rows}
 
     from rich.console import Console
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for system in args.systems:
                 if (name, size, system) in done:
                     continue
-                row = {"dataset": name, "size": size, "n_train": len(train), "n_test": len(test),
+                row = {"dataset": name, "size": size, "seed": args.seed, "n_train": len(train), "n_test": len(test),
                        "system": system, **run_system(system, ds.taxonomy, train, test, ctx)}
                 print(json.dumps(row), flush=True)
                 report["results"].append(row)
@@ -193,9 +193,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def merge(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One row per (set, size, system); a later file wins."""
-    cells = {(r["dataset"], r["size"], r["system"]): r for rows in runs for r in rows}
+    """One row per (set, size, system, sample seed); a later file wins."""
+    cells = {(r["dataset"], r["size"], r["system"], r.get("seed", 0)): r for rows in runs for r in rows}
     return list(cells.values())
+
+
+def seed_mean(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean over sample seeds of one cell's rows (``seeds``: how many, ``sd``: macro-F1 spread)."""
+    f1 = [r["macro_f1"] for r in rows]
+    return {**rows[0], "macro_f1": float(np.mean(f1)), "accuracy": float(np.mean([r["accuracy"] for r in rows])),
+            "train_s": float(np.mean([r["train_s"] for r in rows])), "seeds": len(rows),
+            "sd": float(np.std(f1, ddof=1)) if len(rows) > 1 else 0.0,
+            "model": "/".join(sorted({str(r.get("model", "?")) for r in rows}))}
 
 
 def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
@@ -211,9 +220,18 @@ def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None
 
 
 def markdown_table(results: list[dict[str, Any]]) -> str:
-    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    by_seed: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for r in results:
-        cells.setdefault((r["dataset"], r["size"]), {})[r["system"]] = r
+        by_seed.setdefault((r["dataset"], r["size"]), {}).setdefault(r.get("seed", 0), {})[r["system"]] = r
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, seeds in by_seed.items():
+        # the centroid-guard score per seed, then every system's mean over the seeds it has
+        for row in seeds.values():
+            cf = with_centroid_guard(row)
+            if cf is not None:
+                row["+centroid"] = cf
+        systems = {s for row in seeds.values() for s in row}
+        cells[key] = {s: seed_mean([row[s] for row in seeds.values() if s in row]) for s in systems}
     baselines = [s for s in SYSTEMS if s not in ("default", "legacy")]
     order = {"8": 0, "16": 1, "32": 2, "64": 3, "all": 4}
     out = ["| set | per scope (n) | default: macro-F1 (acc), time, model | " + " | ".join(baselines)
@@ -224,12 +242,14 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
         d = row["default"]
         base = {s: row[s] for s in baselines if s in row}
         best = max(base, key=lambda s: base[s]["macro_f1"]) if base else None
-        cf = with_centroid_guard(row)
+        cf = row.get("+centroid")
         cols = [f"**{base[s]['macro_f1']:.3f}** ({base[s]['accuracy']:.3f})" if s == best
                 else f"{base[s]['macro_f1']:.3f} ({base[s]['accuracy']:.3f})" if s in base else "–" for s in baselines]
         delta = f"{d['macro_f1'] - base[best]['macro_f1']:+.3f}" if best else "–"
-        cf_cell = "–" if cf is None else (f"{cf['macro_f1']:.3f} (centroid)" if cf is not d else "same")
-        out.append(f"| {ds} | {size} ({d['n_train']}) | {d['macro_f1']:.3f} ({d['accuracy']:.3f}), "
+        cf_cell = ("–" if cf is None or cf["seeds"] != d["seeds"] else "same" if cf["macro_f1"] == d["macro_f1"]
+                   else f"{cf['macro_f1']:.3f}")
+        seeds = f", mean of {d['seeds']} samples ± {d['sd']:.3f}" if d["seeds"] > 1 else ""
+        out.append(f"| {ds} | {size} ({d['n_train']}) | {d['macro_f1']:.3f} ({d['accuracy']:.3f}){seeds}, "
                    f"{d['train_s']:.0f} s, {d.get('regime', '?')}/{d.get('model', '?')} | " + " | ".join(cols)
                    + f" | {delta} | {cf_cell} |")
     return "\n".join(out)
