@@ -27,7 +27,6 @@ Device = Literal["auto", "cpu", "cuda"]
 SearchMode = Literal["dense", "bm25", "hybrid"]
 
 
-@functools.cache
 def read_yaml(path: str | Path, *, kind: str = "config file", error: type[ValidationError] = ConfigError) -> Any:
     """The parsed YAML file at ``path``, or ``error`` naming the file (and the line of a syntax
     error, with the parser's problem, not its context): what every YAML input of the package uses.
@@ -53,6 +52,7 @@ def read_yaml(path: str | Path, *, kind: str = "config file", error: type[Valida
         raise error("file is not UTF-8 text", path=str(p)) from None
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 

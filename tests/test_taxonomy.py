@@ -73,3 +73,11 @@ def test_yaml_round_trip_keeps_the_fingerprint(write, tmp_path):
     t.to_yaml(tmp_path / "again.yaml")
     again = Taxonomy.from_yaml(tmp_path / "again.yaml")
     assert again == t and again.fingerprint == t.fingerprint
+
+
+def test_a_file_edited_on_disk_is_read_again_not_served_from_a_cache(write):
+    """A service reloads its keys and taxonomies from disk: the second read must see the edit."""
+    path = write("t.yaml", TAXONOMY_YAML)
+    assert Taxonomy.from_yaml(path).names == ["sport", "tech", "all-news"]
+    path.write_text(TAXONOMY_YAML.replace("sport", "athletics"), encoding="utf-8")
+    assert Taxonomy.from_yaml(path).names == ["athletics", "tech", "all-news"]
