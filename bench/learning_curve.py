@@ -156,8 +156,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(markdown_table(rows))
         return {"results": rows}
 
-    from rich.console import Console
-
     from masdr_router import Embedder
     from masdr_router.datasets import load_dataset
     from masdr_router.datasets.splits import stratified_split
@@ -169,7 +167,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report["results"] = json.loads(args.out.read_text()).get("results", [])
     done = {(r["dataset"], r["size"], r["system"]) for r in report["results"]}
     emb = Embedder("minilm", device="cpu", max_length=64)
-    console = Console()
     for name in args.datasets:
         ds = load_dataset(name, max_docs_per_scope=args.max_docs_per_scope, seed=0)
         split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
@@ -188,7 +185,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 report["results"].append(row)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(report, indent=2))
-    print_table(console, report["results"], args.systems)
+    print(markdown_table(report["results"]))
     return report
 
 
@@ -213,8 +210,11 @@ def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None
     held = (d or {}).get("held_out_macro_f1")
     if not held or c is None or "centroid" not in held:
         return None
-    frozen = max(("probe", "centroid"), key=lambda k: (held[k], k == "probe"))  # as the trainer's _guard
-    if frozen == "centroid" and held["centroid"] > held["lora"] + 1e-9:
+    from masdr_router import TrainConfig
+    from masdr_router.training.trainer import choose_export
+
+    heads = {k: held[k] for k in ("probe", "centroid")}
+    if choose_export(TrainConfig(frozen_heads=["probe", "centroid"]), held["lora"], heads) == "centroid":
         return {**c, "model": "centroid"}
     return d  # the same choice as the run made: lora, or the probe
 
@@ -253,28 +253,6 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
                    f"{d['train_s']:.0f} s, {d.get('regime', '?')}/{d.get('model', '?')} | " + " | ".join(cols)
                    + f" | {delta} | {cf_cell} |")
     return "\n".join(out)
-
-
-def print_table(console: Any, results: list[dict[str, Any]], systems: list[str]) -> None:
-    from rich.table import Table
-
-    t = Table(title="test macro-F1 (accuracy) by labelled queries per scope; best baseline marked *")
-    t.add_column("set")
-    t.add_column("per scope", justify="right")
-    t.add_column("n", justify="right")
-    for s in systems:
-        t.add_column(s, justify="right")
-    cells: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in results:
-        cells.setdefault((r["dataset"], r["size"]), {})[r["system"]] = r
-    for (ds, size), row in cells.items():
-        base = [s for s in row if s not in ("default", "legacy")]
-        best = max(base, key=lambda s: row[s]["macro_f1"]) if base else None
-        n = next(iter(row.values()))["n_train"]
-        t.add_row(ds, size, str(n), *(f"{row[s]['macro_f1']:.3f} ({row[s]['accuracy']:.3f})"
-                                      + ("*" if s == best else "") + f" {row[s]['train_s']:.0f}s"
-                                      if s in row else "-" for s in systems))
-    console.print(t)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ class LinearProbe:
     weight: np.ndarray  # (n_labels, hidden)
     bias: np.ndarray  # (n_labels,)
     C: float  # the regression's inverse regularisation (0 for the centroid head, which has none)
-    kind: str = "probe"  # "probe" (logistic regression) or "centroid"
 
     def logits(self, features: np.ndarray) -> np.ndarray:
         return features @ self.weight.T + self.bias
@@ -104,8 +103,8 @@ def fit_centroid(features: np.ndarray, labels: np.ndarray, n_labels: int) -> Lin
     example is never predicted.
 
     >>> x = np.array([[2., 0.], [3., .1], [0., 1.], [.1, 2.]]); y = np.array([0, 0, 2, 2])
-    >>> h = fit_centroid(x, y, 3); h.logits(x).argmax(1).tolist(), h.kind
-    ([0, 0, 2, 2], 'centroid')
+    >>> fit_centroid(x, y, 3).logits(x).argmax(1).tolist()
+    [0, 0, 2, 2]
     """
     norms = np.linalg.norm(features, axis=1, keepdims=True)
     unit = features / np.maximum(norms, 1e-9)
@@ -116,4 +115,4 @@ def fit_centroid(features: np.ndarray, labels: np.ndarray, n_labels: int) -> Lin
         w[c] = mean / max(float(np.linalg.norm(mean)), 1e-9)
         b[c] = 0.0
     w *= CENTROID_LOGIT_SCALE / max(float(norms.mean()), 1e-9)
-    return LinearProbe(weight=w.astype(np.float32), bias=b.astype(np.float32), C=0.0, kind="centroid")
+    return LinearProbe(weight=w.astype(np.float32), bias=b.astype(np.float32), C=0.0)

@@ -610,7 +610,7 @@ def probe_model(frozen: Any, probe: LinearProbe, n_labels: int, pooling: str) ->
     return model
 
 
-def _guard(cfg: TrainConfig, lora_f1: float, heads: dict[str, float]) -> str:
+def choose_export(cfg: TrainConfig, lora_f1: float, heads: dict[str, float]) -> str:
     """Which model to export: ``"lora"``, or the frozen head in ``cfg.frozen_heads`` that is strictly
     better on held-out data (the probe on a tie between the two)."""
     allowed = {k: v for k, v in heads.items() if k in cfg.frozen_heads} if cfg.keep_probe else {}
@@ -645,7 +645,7 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
     heads = {"probe": probe, "centroid": fit_centroid(tr.features, tr.y.numpy(), len(labels))}
     held = {"lora": lora_logits, **{k: h.logits(va.features) for k, h in heads.items()}}
     f1 = {k: macro_f1(true, v.argmax(1), len(labels)) for k, v in held.items()}
-    chosen = _guard(cfg, f1["lora"], {k: f1[k] for k in heads})
+    chosen = choose_export(cfg, f1["lora"], {k: f1[k] for k in heads})
     logits = held[chosen]
     model = run.unwrapped if chosen == "lora" else probe_model(frozen, heads[chosen], len(labels), cfg.pooling)
     calibration = calibrate(cfg, logits, true)
@@ -704,7 +704,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     cv_acc = [float((oof[e].argmax(1) == true).mean()) for e in range(epochs)]
     best = int(np.argmax(cv_f1))  # the first of equal scores: fewer epochs
     frozen_f1 = {k: macro_f1(true, v.argmax(1), len(labels)) for k, v in frozen_oof.items()}
-    chosen = _guard(cfg, cv_f1[best], frozen_f1)
+    chosen = choose_export(cfg, cv_f1[best], frozen_f1)
     history = [{"epoch": e + 1, "cv_macro_f1": cv_f1[e], "cv_accuracy": cv_acc[e]} for e in range(epochs)]
     for row in history:
         tracker.log(row)
