@@ -16,6 +16,7 @@ and test split as ``learning_curve.py``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -71,17 +72,24 @@ def contrastive_stage(encoder: Any, tokenizer: Any, texts: list[str], labels: li
     encoder.eval()
 
 
+@functools.cache
+def load(name: str) -> tuple[Any, dict[str, list[Any]]]:
+    """A data set and its split, once per set for all its sizes and modes."""
+    from masdr_router.datasets import load_dataset
+    from masdr_router.datasets.splits import stratified_split
+
+    ds = load_dataset(name, max_docs_per_scope=MAX_DOCS.get(name), seed=0)
+    return ds, stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
+
+
 def run(name: str, size: int, mode: str, seed: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from masdr_router.datasets import load_dataset
-    from masdr_router.datasets.splits import stratified_split
     from masdr_router.retrieval.embedder import resolve_encoder_path
     from masdr_router.training.probe import fit_probe, pooled_features
 
-    ds = load_dataset(name, max_docs_per_scope=MAX_DOCS.get(name), seed=0)
-    split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
+    ds, split = load(name)
     train, test, labels = sample_per_scope(split["train"] + split["val"], size, seed), split["test"], ds.taxonomy.names
     xtr, ytr = [q.query for q in train], [labels.index(q.scope) for q in train]
     path = resolve_encoder_path("minilm")
