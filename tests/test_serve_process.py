@@ -39,15 +39,22 @@ class Served:
         self.proc = subprocess.Popen([sys.executable, "-m", "masdr_router.cli", "serve", "--port", str(self.port),
                                       "--log-level", "warning", *map(str, args)],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
-        deadline = time.time() + 180
+        # with --workers N each process loads its own models, and a new connection may reach any of
+        # them: ready when 20 fresh connections in a row say so, not when the first worker does
+        args_s = [str(a) for a in args]
+        needed = 20 if "--workers" in args_s and args_s[args_s.index("--workers") + 1] != "1" else 1
+        deadline, in_a_row = time.time() + 180, 0
         while time.time() < deadline:
             assert self.proc.poll() is None, Path(self.log.name).read_text()
             try:
-                if httpx.get(f"{self.url}/ready", timeout=5).status_code == 200:
-                    return
+                ok = httpx.get(f"{self.url}/ready", timeout=5).status_code == 200
             except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+                ok = False
+            in_a_row = in_a_row + 1 if ok else 0
+            if in_a_row >= needed:
+                return
+            if not ok:
+                time.sleep(0.2)
         raise TimeoutError(Path(self.log.name).read_text())
 
     def ready(self) -> dict:
