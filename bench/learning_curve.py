@@ -93,6 +93,7 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
         pred = res.router.predict(xte)
         sel = res.extra["selection"]
         extra = {"regime": res.extra["regime"], "model": sel["model"], "best_epoch": res.best_epoch,
+                 "contrastive_steps": (sel.get("contrastive") or {}).get("contrastive_steps", 0),
                  # held-out scores of every candidate: what another guard would have chosen
                  "held_out_macro_f1": {k.split("_")[0]: round(v, 4) for k, v in sel.items()
                                        if k.endswith(("_cv_macro_f1", "_val_macro_f1")) and isinstance(v, float)}}

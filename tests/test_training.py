@@ -290,7 +290,9 @@ def test_a_run_leaves_the_process_as_it_found_it(bbc_queries):
 
 
 # ---- regimes, LP-FT and the probe guard ------------------------------------------------------------
-SMALL = {"batch_size": 16, "max_length": 32, "progress": False, "epochs": 3, "min_steps": 0, "max_epochs": 3}
+# a short contrastive stage: the regime tests check that it runs where it should, not what it learns
+SMALL = {"batch_size": 16, "max_length": 32, "progress": False, "epochs": 3, "min_steps": 0, "max_epochs": 3,
+         "contrastive_max_steps": 10}
 
 
 def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_queries):
@@ -307,6 +309,9 @@ def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_
     assert result.calibration["temperature"] > 0
     sel = result.extra["selection"]
     assert sel["model"] == "lora" and sel["folds"] == 3 and len(sel["fold_val_macro_f1"]) == 3
+    # small data: the contrastive stage ran in every fold (on that fold's training queries) and for the refit
+    assert [f["contrastive_steps"] for f in sel["fold_contrastive"]] == [10, 10, 10]
+    assert sel["contrastive"]["contrastive_steps"] == 10
 
 
 def test_auto_regime_holds_out_when_a_validation_file_is_given_or_data_is_plentiful(bbc_queries):
@@ -320,6 +325,7 @@ def test_auto_regime_holds_out_when_a_validation_file_is_given_or_data_is_plenti
     tax, qs = bbc_queries
     result = train_router(tax, qs[:40], qs[40:], TrainConfig(**SMALL))
     assert result.extra["regime"] == "holdout" and (result.n_train, result.n_val) == (40, len(qs) - 40)
+    assert result.extra["selection"]["contrastive"] == {}  # auto: the stage is for the small-data regime
 
 
 def test_lp_ft_the_head_starts_as_the_frozen_probe(bbc_queries):
@@ -343,12 +349,59 @@ def test_lp_ft_the_head_starts_as_the_frozen_probe(bbc_queries):
     assert not np.allclose(cold.predict_logits(data.ids, data.mask), probe.logits(data.features), atol=1e-1)
 
 
+def test_the_contrastive_stage_pulls_a_scope_s_queries_together_and_the_head_starts_on_the_tuned_encoder(
+        bbc_queries):
+    """Same-scope pairs are pulled to cosine 1 and other-scope pairs pushed to 0, so after the stage
+    the gap between a query's mean cosine to its own scope and to the others widens; LP-FT then
+    starts the head from a probe on the tuned features, not on the frozen ones."""
+    import contextlib
+
+    from transformers import AutoModel, AutoTokenizer
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+    from masdr_router.training.contrastive import contrastive_stage, tuned_features
+    from masdr_router.training.model import build_lora_model
+    from masdr_router.training.probe import fit_probe
+    from masdr_router.training.trainer import build_run, encode
+
+    tax, qs = bbc_queries
+    cfg = TrainConfig(**SMALL)
+    path = resolve_encoder_path("minilm")
+    tok, frozen = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    data = encode(cfg, tax.names, qs, tok, frozen)
+    y = data.y.numpy()
+
+    def scope_gap(features):
+        f = features / np.linalg.norm(features, axis=1, keepdims=True)
+        cos, same = f @ f.T, (y[:, None] == y[None, :]) & ~np.eye(len(y), dtype=bool)
+        return cos[same].mean() - cos[y[:, None] != y[None, :]].mean()
+
+    model = build_lora_model(path, len(tax.names), pooling="mean", head_dropout=0.1, lora_r=16, lora_alpha=32,
+                             lora_dropout=0.1, target_modules=["query", "key", "value", "dense"])
+    before = scope_gap(tuned_features(model, data.ids, data.mask, device="cpu"))
+    np.testing.assert_allclose(before, scope_gap(data.features), atol=1e-4)  # LoRA starts as the identity
+    stats = contrastive_stage(model, data.ids, data.mask, data.y, iterations=20, learning_rate=1e-4, batch_size=32,
+                              max_steps=30, seed=0, device="cpu", autocast=contextlib.nullcontext)
+    after = scope_gap(tuned_features(model, data.ids, data.mask, device="cpu"))
+    assert stats["contrastive_steps"] == 30 and stats["contrastive_loss_last"] < stats["contrastive_loss_first"]
+    assert after > before + 0.02, (before, after)  # 30 steps: 0.075 -> 0.111
+
+    frozen_probe = fit_probe(data.features, y, len(tax.names))
+    run = build_run(TrainConfig(**{**SMALL, "contrastive_max_steps": 30}), tax.names, path, tok, data, None,
+                    key="t", epochs=1, head_init=frozen_probe, contrastive=True)
+    tuned = tuned_features(run.unwrapped, data.ids, data.mask, device="cpu")
+    np.testing.assert_allclose(run.predict_logits(data.ids, data.mask),
+                               fit_probe(tuned, y, len(tax.names)).logits(tuned), atol=1e-3)
+    assert not np.allclose(run.predict_logits(data.ids, data.mask), frozen_probe.logits(data.features), atol=1e-1)
+
+
 def test_the_guard_exports_the_probe_when_it_validates_better(bbc_queries, tmp_path):
     from masdr_router.training.card import model_card
 
     tax, qs = bbc_queries
     # a LoRA run that cannot learn (random head, a vanishing learning rate) against a fitted probe
-    crippled = {**SMALL, "regime": "holdout", "head_init": "random", "learning_rate": 1e-9, "epochs": 1}
+    crippled = {**SMALL, "regime": "holdout", "head_init": "random", "learning_rate": 1e-9, "epochs": 1,
+                "contrastive": "off"}
     kept = train_router(tax, qs, None, TrainConfig(**crippled))
     sel = kept.extra["selection"]
     assert sel["model"] == "probe" and sel["probe_val_macro_f1"] > sel["lora_val_macro_f1"]
@@ -370,7 +423,8 @@ def test_the_centroid_head_is_scored_always_and_exported_only_when_allowed(bbc_q
     from masdr_router import Embedder
 
     tax, qs = bbc_queries
-    crippled = {**SMALL, "head_init": "random", "learning_rate": 1e-9, "epochs": 1, "max_length": 64}
+    crippled = {**SMALL, "head_init": "random", "learning_rate": 1e-9, "epochs": 1, "max_length": 64,
+                "contrastive": "off"}
     default = train_router(tax, qs, None, TrainConfig(**crippled))
     assert default.extra["selection"]["model"] != "centroid" and "centroid_cv_macro_f1" in default.extra["selection"]
     only = train_router(tax, qs, None, TrainConfig(**crippled, frozen_heads=["centroid"]))

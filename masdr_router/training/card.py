@@ -119,7 +119,11 @@ def selection_line(metrics: dict[str, Any]) -> str:
         centroid = sel.get("centroid_cv_macro_f1", sel.get("centroid_val_macro_f1"))
         return (f"the frozen-encoder nearest-centroid head: its {held} macro-F1 {_f(centroid)} beat the LoRA "
                 f"model's {_f(lora)} (and the probe's {_f(probe)}), so the guard kept it")
-    return (f"LoRA fine-tuned from a probe-initialised head; {held} macro-F1 {_f(lora)} against the frozen "
+    stage = sel.get("contrastive") or {}
+    first = (f"a contrastive stage ({stage['contrastive_steps']} steps of same/other-scope pairs, loss "
+             f"{stage['contrastive_loss_first']:.3f} -> {stage['contrastive_loss_last']:.3f}), then "
+             if stage.get("contrastive_steps") else "")
+    return (f"LoRA fine-tuned: {first}a probe-initialised head; {held} macro-F1 {_f(lora)} against the frozen "
             f"probe's {_f(probe)}")
 
 

@@ -46,6 +46,13 @@ class TrainConfig(ConfigBase):
     frozen_heads: list[str] = field(default_factory=lambda: ["probe"], metadata={
         "help": "the frozen-encoder heads keep_probe may export: 'probe' (logistic regression) and/or "
                 "'centroid' (nearest scope centroid); both are always scored and recorded"})
+    contrastive: Literal["auto", "on", "off"] = field(default="auto", metadata={
+        "help": "a SetFit-style contrastive stage on the LoRA adapters (same-scope pairs close, others apart) "
+                "before the head is fitted and classification starts; 'auto': on in the cv regime (small data)"})
+    contrastive_iterations: int = field(default=20, metadata={
+        "help": "contrastive pairs per query: this many with its own scope and this many with another"})
+    contrastive_max_steps: int = field(default=200, metadata={"help": "cap on the contrastive stage's batches"})
+    contrastive_learning_rate: float = field(default=1e-4, metadata={"help": "the contrastive stage's learning rate"})
     corpus_weight: float = field(default=0.3, metadata={
         "help": "with --corpus: the weight of one pseudo-query in the loss, a labelled query weighing 1"})
     # optimisation
@@ -90,7 +97,7 @@ class TrainConfig(ConfigBase):
     def validate(self) -> list[tuple[str, bool, str]]:
         positive = [(k, getattr(self, k) > 0, f"must be > 0, got {getattr(self, k)}")
                     for k in ("epochs", "batch_size", "max_length", "lora_r", "lora_alpha", "learning_rate",
-                              "max_epochs", "cv_below", "grad_accumulation_steps")]
+                              "max_epochs", "cv_below", "grad_accumulation_steps", "contrastive_learning_rate")]
         unit = [(k, 0 <= getattr(self, k) < 1, f"must be in [0, 1), got {getattr(self, k)}")
                 for k in ("lora_dropout", "head_dropout", "warmup_ratio", "label_smoothing")]
         return [*positive, *unit,
@@ -107,6 +114,10 @@ class TrainConfig(ConfigBase):
                  f"must be a list of 'probe' and 'centroid', got {self.frozen_heads}"),
                 ("cv_folds", self.cv_folds >= 2, f"must be >= 2, got {self.cv_folds}"),
                 ("corpus_weight", self.corpus_weight > 0, f"must be > 0, got {self.corpus_weight}"),
+                ("contrastive_iterations", self.contrastive_iterations >= 1,
+                 f"must be >= 1, got {self.contrastive_iterations}"),
+                ("contrastive_max_steps", self.contrastive_max_steps >= 1,
+                 f"must be >= 1 (contrastive: off disables the stage), got {self.contrastive_max_steps}"),
                 ("min_steps", self.min_steps >= 0, f"must be >= 0, got {self.min_steps}"),
                 ("max_grad_norm", self.max_grad_norm >= 0, f"must be >= 0 (0: off), got {self.max_grad_norm}"),
                 ("max_epochs", self.max_epochs >= self.epochs,

@@ -14,7 +14,9 @@ Two regimes (``TrainConfig.regime``; ``auto`` picks by data size):
   predictions), the model is refit on *all* the queries for that many epochs, and the temperature
   and threshold are fitted on the out-of-fold predictions.
 
-In both, the head starts from a logistic-regression probe on the frozen encoder (LP-FT), and the
+In the cv regime (``contrastive: auto``) a SetFit-style contrastive stage first tunes the LoRA
+adapters on same/other-scope query pairs (:mod:`.contrastive`), fold by fold and again for the refit.
+In both, the head starts from a logistic-regression probe on the encoder it fine-tunes (LP-FT), and the
 probe itself (or the nearest-centroid head, when ``frozen_heads`` allows it) is exported instead
 when it validates better (``keep_probe``). A run is a sequence of
 named steps: :func:`check_labels`, :func:`build_run` (model, optimizer, encoded data),
@@ -207,6 +209,7 @@ class Run:
     epochs: int
     n_trainable: int
     n_total: int
+    contrastive: dict[str, float] = field(default_factory=dict)  # the contrastive stage's steps and loss
 
     @property
     def steps_per_epoch(self) -> int:
@@ -281,10 +284,22 @@ def encode(cfg: TrainConfig, labels: list[str], queries: Sequence[LabelledQuery]
                    feats, torch.full((len(queries),), float(weight)))
 
 
+def use_contrastive(cfg: TrainConfig, regime: str) -> bool:
+    """Whether the contrastive stage runs: ``auto`` turns it on in the cv regime, where data is small.
+
+    >>> use_contrastive(TrainConfig(), "cv"), use_contrastive(TrainConfig(), "holdout")
+    (True, False)
+    """
+    return cfg.contrastive == "on" or (cfg.contrastive == "auto" and regime == "cv")
+
+
 def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: Any, train: Encoded,
-              val: Encoded | None, *, key: str, epochs: int, head_init: LinearProbe | None = None) -> Run:
+              val: Encoded | None, *, key: str, epochs: int, head_init: LinearProbe | None = None,
+              contrastive: bool = False) -> Run:
     """Encoder + fresh LoRA adapters + head (the probe's weights with ``head_init``), optimizer and
-    loss (seed first)."""
+    loss (seed first). With ``contrastive`` the adapters first go through the contrastive stage on
+    ``train``, and a ``head_init`` probe is refitted on the tuned encoder's features (still LP-FT:
+    the head starts where a probe on the encoder it fine-tunes would be)."""
     import torch
     from accelerate import Accelerator
 
@@ -296,6 +311,22 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
     model = build_lora_model(base_path, len(labels), pooling=cfg.pooling, head_dropout=cfg.head_dropout,
                              lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                              target_modules=cfg.target_modules)
+    stage: dict[str, float] = {}
+    if contrastive:
+        from .contrastive import contrastive_stage, tuned_features
+        from .probe import fit_probe
+
+        model.to(accelerator.device)
+        stage = contrastive_stage(model, train.ids, train.mask, train.y, iterations=cfg.contrastive_iterations,
+                                  learning_rate=cfg.contrastive_learning_rate, batch_size=cfg.batch_size,
+                                  max_steps=cfg.contrastive_max_steps, seed=cfg.seed, device=accelerator.device,
+                                  autocast=accelerator.autocast)
+        log.info("contrastive stage: %d steps, loss %.4f -> %.4f", stage["contrastive_steps"],
+                 stage.get("contrastive_loss_first", float("nan")), stage.get("contrastive_loss_last", float("nan")))
+        if head_init is not None and stage["contrastive_steps"]:
+            head_init = fit_probe(tuned_features(model, train.ids, train.mask, device=accelerator.device),
+                                  train.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
+                                  seed=cfg.seed, sample_weight=train.weight.numpy())
     if head_init is not None:
         with torch.no_grad():
             model.head.weight.copy_(torch.from_numpy(head_init.weight))
@@ -318,7 +349,7 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
                unwrapped=accelerator.unwrap_model(prepared), tokenizer=tokenizer, optimizer=optimizer,
                class_weight=class_weight.to(accelerator.device), train=train.tensors(),
                val=val.tensors() if val is not None else None, key=key, epochs=epochs, n_trainable=n_trainable,
-               n_total=n_total)
+               n_total=n_total, contrastive=stage)
 
 
 # ---- step 3: epochs, early stopping, checkpoints ---------------------------------------------------
@@ -634,7 +665,8 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
     probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
                       seed=cfg.seed, sample_weight=tr.weight.numpy())
     run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=key,
-                    epochs=epoch_budget(cfg, len(train_q)), head_init=probe if cfg.head_init == "probe" else None)
+                    epochs=epoch_budget(cfg, len(train_q)), head_init=probe if cfg.head_init == "probe" else None,
+                    contrastive=use_contrastive(cfg, "holdout"))
     state = resume(run, ckpt)
     fit_epochs(run, state, tracker=tracker, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end,
                patience=cfg.early_stopping_patience)
@@ -654,7 +686,7 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
                    "best_epoch": state.best_epoch if chosen == "lora" else 0, "epochs_run": len(state.history),
                    "stopped_early": state.stopped_early}
     selection = {"model": chosen, **{f"{k}_val_macro_f1": v for k, v in f1.items()}, "probe_C": probe.C,
-                 "epoch_budget": run.epochs}
+                 "epoch_budget": run.epochs, "contrastive": run.contrastive}
     return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=state.history,
                   seconds=state.seconds, n_train=len(tr.y), n_val=len(val_q), selection=selection,
                   held_out=(val_q, logits), resumed_from_epoch=state.resumed_from_epoch, run=run)
@@ -680,7 +712,8 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     epochs = epoch_budget(cfg, len(train))
     oof = np.zeros((epochs, len(train), len(labels)), dtype=np.float32)  # per epoch, out-of-fold logits
     frozen_oof = {k: np.zeros((len(train), len(labels)), dtype=np.float32) for k in ("probe", "centroid")}
-    fold_rows = []
+    fold_rows, fold_stages = [], []
+    contrastive = use_contrastive(cfg, "cv")  # fold by fold: a fold's stage never sees its held-out queries
     # Every fold trains the whole budget: stopping on a few dozen held-out queries picks noise (a
     # first fold stopped at its own plateau chose 5 epochs where 12 were right, BBC at 8 per scope).
     for i, val_rows in enumerate(folds):
@@ -695,7 +728,8 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         log.info("cross-validation fold %d/%d: %d training, %d held-out queries", i + 1, len(folds),
                  len(train_rows), len(val_rows))
         run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=f"fold{i}", epochs=epochs,
-                        head_init=probe if cfg.head_init == "probe" else None)
+                        head_init=probe if cfg.head_init == "probe" else None, contrastive=contrastive)
+        fold_stages.append(run.contrastive)
         state = fit_epochs(run, FitState(), keep_val_logits=True)
         for e, logits in enumerate(state.val_logits):
             oof[e, val_rows] = logits
@@ -724,7 +758,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         n_pseudo = len(everything.y) - len(train)
         run = build_run(cfg, labels, base_path, tokenizer, everything, None,
                         key=f"{run_key(cfg, taxonomy, train, [])}-refit{best + 1}-pseudo{n_pseudo}", epochs=best + 1,
-                        head_init=final_probe if cfg.head_init == "probe" else None)
+                        head_init=final_probe if cfg.head_init == "probe" else None, contrastive=contrastive)
         state = resume(run, ckpt)
         fit_epochs(run, state, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end)
         for row, fitted_row in zip(history, state.history):
@@ -739,7 +773,8 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best],
                  **{f"{k}_cv_macro_f1": v for k, v in frozen_f1.items()}, "probe_C": final_probe.C,
                  "epoch_budget": epochs,
-                 "folds": cfg.cv_folds, "fold_val_macro_f1": fold_rows}
+                 "folds": cfg.cv_folds, "fold_val_macro_f1": fold_rows,
+                 "contrastive": run.contrastive if run is not None else {}, "fold_contrastive": fold_stages}
     return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=history,
                   seconds=time.perf_counter() - t0, n_train=len(everything.y), n_val=0, selection=selection,
                   held_out=(train, logits),
