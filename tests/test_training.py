@@ -312,6 +312,11 @@ def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_
     # small data: the contrastive stage ran in every fold (on that fold's training queries) and for the refit
     assert [f["contrastive_steps"] for f in sel["fold_contrastive"]] == [10, 10, 10]
     assert sel["contrastive"]["contrastive_steps"] == 10
+    from masdr_router.training.card import model_card
+
+    metrics = {"calibration": result.calibration, "history": result.history, "train_seconds": 1.0,
+               "n_train": result.n_train, "n_val": result.n_val, "val": result.val_metrics, **result.extra}
+    assert "a contrastive stage (10 steps" in model_card(result.router, metrics, TrainConfig(**SMALL, keep_probe=False))
 
 
 def test_auto_regime_holds_out_when_a_validation_file_is_given_or_data_is_plentiful(bbc_queries):

@@ -48,7 +48,10 @@ class TrainConfig(ConfigBase):
                 "'centroid' (nearest scope centroid); both are always scored and recorded"})
     contrastive: Literal["auto", "on", "off"] = field(default="auto", metadata={
         "help": "a SetFit-style contrastive stage on the LoRA adapters (same-scope pairs close, others apart) "
-                "before the head is fitted and classification starts; 'auto': on in the cv regime (small data)"})
+                "before the head is fitted and classification starts; 'auto': on in the cv regime when there are "
+                "fewer than contrastive_below training queries per scope"})
+    contrastive_below: float = field(default=32, metadata={
+        "help": "auto runs the contrastive stage below this mean number of training queries per scope"})
     contrastive_iterations: int = field(default=20, metadata={
         "help": "contrastive pairs per query: this many with its own scope and this many with another"})
     contrastive_max_steps: int = field(default=200, metadata={"help": "cap on the contrastive stage's batches"})
@@ -97,7 +100,8 @@ class TrainConfig(ConfigBase):
     def validate(self) -> list[tuple[str, bool, str]]:
         positive = [(k, getattr(self, k) > 0, f"must be > 0, got {getattr(self, k)}")
                     for k in ("epochs", "batch_size", "max_length", "lora_r", "lora_alpha", "learning_rate",
-                              "max_epochs", "cv_below", "grad_accumulation_steps", "contrastive_learning_rate")]
+                              "max_epochs", "cv_below", "grad_accumulation_steps", "contrastive_learning_rate",
+                              "contrastive_below")]
         unit = [(k, 0 <= getattr(self, k) < 1, f"must be in [0, 1), got {getattr(self, k)}")
                 for k in ("lora_dropout", "head_dropout", "warmup_ratio", "label_smoothing")]
         return [*positive, *unit,
