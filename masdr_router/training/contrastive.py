@@ -51,6 +51,17 @@ def sample_pairs(labels: np.ndarray, iterations: int, rng: np.random.Generator) 
     return out
 
 
+def pooled(model: RouterModel, ids: torch.Tensor, mask: torch.Tensor, device: Any) -> torch.Tensor:
+    """The encoder's pooled features for padded rows, the padding they all share trimmed first
+    (queries are short and padded to max_length)."""
+    from ..routers.lora.model import RouterModel
+
+    width = int(mask.sum(1).max())
+    m = mask[:, :width].to(device)
+    out = model.encoder(input_ids=ids[:, :width].to(device), attention_mask=m)
+    return RouterModel.pool_outputs(out, m, model.pooling).float()
+
+
 def contrastive_stage(model: RouterModel, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor, *,
                       iterations: int, learning_rate: float, batch_size: int, max_steps: int, seed: int,
                       device: Any, autocast: Any) -> dict[str, float]:
@@ -63,8 +74,6 @@ def contrastive_stage(model: RouterModel, ids: torch.Tensor, mask: torch.Tensor,
     {'contrastive_steps': 50, 'contrastive_loss_first': 0.21, 'contrastive_loss_last': 0.04}
     """
     import torch
-
-    from ..routers.lora.model import RouterModel
 
     pairs = sample_pairs(labels.numpy(), iterations, np.random.default_rng(seed))
     steps = min(max_steps, math.ceil(len(pairs) / batch_size))
@@ -80,12 +89,8 @@ def contrastive_stage(model: RouterModel, ids: torch.Tensor, mask: torch.Tensor,
         # one forward pass over the batch's distinct queries: with few queries a batch of 32 pairs
         # names each of them about twice, and the encoder is nearly all of a step's cost
         rows, where = torch.unique(batch[:, :2], return_inverse=True)
-        m = mask[rows]
-        width = int(m.sum(1).max())
-        m = m[:, :width].to(device)
         with autocast():
-            out = model.encoder(input_ids=ids[rows, :width].to(device), attention_mask=m)
-            emb = RouterModel.pool_outputs(out, m, model.pooling).float()
+            emb = pooled(model, ids[rows], mask[rows], device)
         cos = torch.nn.functional.cosine_similarity(emb[where[:, 0]], emb[where[:, 1]])
         loss = torch.nn.functional.mse_loss(cos, batch[:, 2].float().to(device))
         optimizer.zero_grad(set_to_none=True)
@@ -104,15 +109,9 @@ def tuned_features(model: RouterModel, ids: torch.Tensor, mask: torch.Tensor, *,
     the contrastive stage."""
     import torch
 
-    from ..routers.lora.model import RouterModel
-
     model.eval()
     out = []
     with torch.inference_mode():
         for i in range(0, len(ids), batch_size):
-            m = mask[i:i + batch_size]
-            width = int(m.sum(1).max())
-            m = m[:, :width].to(device)
-            outputs = model.encoder(input_ids=ids[i:i + batch_size, :width].to(device), attention_mask=m)
-            out.append(RouterModel.pool_outputs(outputs, m, model.pooling).float().cpu().numpy())
+            out.append(pooled(model, ids[i:i + batch_size], mask[i:i + batch_size], device).cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, model.head.in_features), np.float32)
