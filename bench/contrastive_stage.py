@@ -6,8 +6,9 @@ BBC, and at some sizes on composite and the docs sets. This isolates the ingredi
 contrastive stage (``masdr_router.training.contrastive``: cosine-similarity loss on 20 pair
 iterations, at most 600 steps, as the learning curve's SetFit) on the MiniLM encoder, either
 through the router's LoRA adapters or on all weights (SetFit itself), then the router's own probe
-(``fit_probe``) on the tuned encoder's mean-pooled features; no classification fine-tuning.
-``none`` is the probe on the frozen encoder. Same samples and test split as ``learning_curve.py``.
+(``fit_probe``, as the default TrainConfig sets it) on the tuned encoder's features; no
+classification fine-tuning: this is the trainer's "0 epochs" candidate. ``none`` is the probe on the
+frozen encoder. Same samples and test split as ``learning_curve.py``.
 
     python bench/contrastive_stage.py --datasets bbc sqlalchemy-docs --sizes 8 32 --modes none lora full
     python bench/contrastive_stage.py --datasets bbc composite --sizes 8 --modes lora --lr 3e-4
@@ -28,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from learning_curve import sample_per_scope, scores
 
 MAX_DOCS = {"20ng": 100}
-LEARNING_RATES = {"none": 0.0, "lora": 1e-4, "full": 2e-5}  # full: SetFit's body learning rate
+WEIGHTS = {"lora": "lora", "full": "all"}  # the mode's TrainConfig.contrastive_weights
 
 
 @functools.cache
@@ -49,7 +50,6 @@ def run(name: str, size: int, mode: str, seed: int, lr: float | None = None) -> 
 
     from masdr_router import TrainConfig
     from masdr_router.retrieval.embedder import resolve_encoder_path
-    from masdr_router.routers.lora.model import RouterModel
     from masdr_router.training.contrastive import contrastive_stage, tuned_features
     from masdr_router.training.model import build_lora_model
     from masdr_router.training.probe import fit_probe
@@ -57,29 +57,28 @@ def run(name: str, size: int, mode: str, seed: int, lr: float | None = None) -> 
 
     ds, split = load(name)
     train, test, labels = sample_per_scope(split["train"] + split["val"], size, seed), split["test"], ds.taxonomy.names
-    cfg = TrainConfig()
+    cfg = TrainConfig(contrastive_weights=WEIGHTS.get(mode, "all"), contrastive_learning_rate=lr)
+    lr = cfg.stage_learning_rate if mode != "none" else 0.0
     path = resolve_encoder_path("minilm")
     tokenizer = AutoTokenizer.from_pretrained(path)
     frozen = AutoModel.from_pretrained(path).eval()
     tr, te = encode(cfg, labels, train, tokenizer, frozen), encode(cfg, labels, test, tokenizer, frozen)
     t0 = time.perf_counter()
     torch.manual_seed(seed)  # the LoRA initialisation
-    if mode == "lora":  # the router's own adapters, as TrainConfig sets them
-        model = build_lora_model(path, len(labels), pooling="mean", head_dropout=0.1, lora_r=cfg.lora_r,
-                                 lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                                 target_modules=cfg.target_modules)
-    else:
-        model = RouterModel(frozen, len(labels), pooling="mean")
+    # the router's own model, as TrainConfig sets it: the stage tunes its adapters or all its weights
+    model = build_lora_model(path, len(labels), pooling=cfg.pooling, head_dropout=cfg.head_dropout, lora_r=cfg.lora_r,
+                             lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                             target_modules=cfg.target_modules, normalize=cfg.normalize)
     steps = {}
     if mode != "none":
-        steps = contrastive_stage(model, tr.ids, tr.mask, tr.y, iterations=20, learning_rate=lr or LEARNING_RATES[mode],
-                                  batch_size=32, max_steps=600, seed=seed, device="cpu",
-                                  autocast=contextlib.nullcontext)
+        steps = contrastive_stage(model, tr.ids, tr.mask, tr.y, iterations=20, learning_rate=lr, batch_size=32,
+                                  max_steps=600, seed=seed, device="cpu", autocast=contextlib.nullcontext,
+                                  weights=cfg.contrastive_weights)
     ftr = tuned_features(model, tr.ids, tr.mask, device="cpu")
     fte = tuned_features(model, te.ids, te.mask, device="cpu")
-    probe = fit_probe(ftr, tr.y.numpy(), len(labels), seed=seed)
+    probe = fit_probe(ftr, tr.y.numpy(), len(labels), seed=seed, normalize=cfg.normalize)
     pred = [labels[i] for i in probe.logits(fte).argmax(1)]
-    return {"dataset": name, "size": size, "seed": seed, "mode": mode, "lr": lr or LEARNING_RATES[mode],
+    return {"dataset": name, "size": size, "seed": seed, "mode": mode, "lr": lr,
             "n_train": len(train), "steps": steps.get("contrastive_steps", 0),
             **scores([q.scope for q in test], pred, labels), "train_s": round(time.perf_counter() - t0, 1)}
 
@@ -90,15 +89,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--sizes", nargs="+", type=int, default=[8, 32])
     ap.add_argument("--modes", nargs="+", default=["none", "lora", "full"], choices=["none", "lora", "full"])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=None, help="the stage's learning rate (default: per mode)")
+    ap.add_argument("--lr", type=float, default=None, help="the stage's peak learning rate (default: per mode, "
+                    "as TrainConfig.stage_learning_rate)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/contrastive_stage.json"))
     args = ap.parse_args(argv)
     rows = json.loads(args.out.read_text()) if args.out.exists() else []
     done = {(r["dataset"], r["size"], r["mode"], r["seed"], r.get("lr")) for r in rows}
+    from masdr_router import TrainConfig
+
+    default_lr = {"none": 0.0, **{m: TrainConfig(contrastive_weights=w).stage_learning_rate
+                                  for m, w in WEIGHTS.items()}}
     for name in args.datasets:
         for size in args.sizes:
             for mode in args.modes:
-                if (name, size, mode, args.seed, args.lr or LEARNING_RATES.get(mode)) in done:
+                if (name, size, mode, args.seed, args.lr or default_lr[mode]) in done:
                     continue
                 rows.append(run(name, size, mode, args.seed, args.lr))
                 print(json.dumps(rows[-1]), flush=True)

@@ -94,6 +94,7 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
         sel = res.extra["selection"]
         extra = {"regime": res.extra["regime"], "model": sel["model"], "best_epoch": res.best_epoch,
                  "contrastive_steps": (sel.get("contrastive") or {}).get("contrastive_steps", 0),
+                 "contrastive_weights": (sel.get("contrastive") or {}).get("contrastive_weights"),
                  # held-out scores of every candidate: what another guard would have chosen
                  "held_out_macro_f1": {k.split("_")[0]: round(v, 4) for k, v in sel.items()
                                        if k.endswith(("_cv_macro_f1", "_val_macro_f1")) and isinstance(v, float)}}
@@ -202,7 +203,14 @@ def seed_mean(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {**rows[0], "macro_f1": float(np.mean(f1)), "accuracy": float(np.mean([r["accuracy"] for r in rows])),
             "train_s": float(np.mean([r["train_s"] for r in rows])), "seeds": len(rows),
             "sd": float(np.std(f1, ddof=1)) if len(rows) > 1 else 0.0,
-            "model": "/".join(sorted({str(r.get("model", "?")) for r in rows}))}
+            "model": "/".join(sorted({model_name(r) for r in rows}))}
+
+
+def model_name(row: dict[str, Any]) -> str:
+    """What the default exported: ``lora@E`` (E epochs of classification fine-tuning; 0: the probe
+    on the contrastively tuned encoder), ``probe`` or ``centroid``."""
+    model = str(row.get("model", "?"))
+    return f"{model}@{row['best_epoch']}" if model == "lora" and "best_epoch" in row else model
 
 
 def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None:

@@ -295,28 +295,63 @@ SMALL = {"batch_size": 16, "max_length": 32, "progress": False, "epochs": 3, "mi
          "contrastive_max_steps": 10}
 
 
-def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_queries):
+def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_queries, tmp_path):
     tax, qs = bbc_queries
     result = train_router(tax, qs, None, TrainConfig(**SMALL, keep_probe=False))
     assert result.extra["regime"] == "cv" and "< cv_below=1000" in result.extra["regime_reason"]
     # every labelled query is used for the final model; none is spent on a validation split
     assert (result.n_train, result.n_val) == (len(qs), 0)
     assert result.router.meta["train"]["n_train"] == len(qs)
-    cv = [h["cv_macro_f1"] for h in result.history]
-    assert len(cv) == 3 and result.best_epoch == int(np.argmax(cv)) + 1
+    cv = {h["epoch"]: h["cv_macro_f1"] for h in result.history}
+    # after a contrastive stage 0 epochs (the probe on the tuned encoder) is a candidate too
+    assert list(cv) == [0, 1, 2, 3] and result.best_epoch == max(cv, key=lambda e: (cv[e], -e))
     # the out-of-fold predictions at the chosen epoch are what was calibrated and reported
-    assert result.val_metrics["macro_f1"] == pytest.approx(cv[result.best_epoch - 1])
+    assert result.val_metrics["macro_f1"] == pytest.approx(cv[result.best_epoch])
     assert result.calibration["temperature"] > 0
     sel = result.extra["selection"]
     assert sel["model"] == "lora" and sel["folds"] == 3 and len(sel["fold_val_macro_f1"]) == 3
     # small data: the contrastive stage ran in every fold (on that fold's training queries) and for the refit
     assert [f["contrastive_steps"] for f in sel["fold_contrastive"]] == [10, 10, 10]
-    assert sel["contrastive"]["contrastive_steps"] == 10
+    assert sel["contrastive"]["contrastive_steps"] == 10 and sel["contrastive"]["contrastive_weights"] == "all"
+    # the stage tuned the base encoder, so the adapters alone would not reproduce the model: only the
+    # merged encoder is exported, and it loads to the same predictions
+    assert result.router.meta["lora"]["base_weights"] == "contrastive-tuned"
+    out = result.router.save_pretrained(tmp_path / "router")
+    assert not (out / "adapter").exists() and (out / "encoder" / "model.safetensors").is_file()
+    texts = [q.query for q in qs]
+    np.testing.assert_allclose(LoraRouter.from_pretrained(out).predict_proba(texts),
+                               result.router.predict_proba(texts), atol=1e-5)
     from masdr_router.training.card import model_card
 
     metrics = {"calibration": result.calibration, "history": result.history, "train_seconds": 1.0,
                "n_train": result.n_train, "n_val": result.n_val, "val": result.val_metrics, **result.extra}
     assert "a contrastive stage (10 steps" in model_card(result.router, metrics, TrainConfig(**SMALL, keep_probe=False))
+
+
+def test_cross_validation_may_choose_the_tuned_encoder_without_fine_tuning(bbc_queries):
+    """0 epochs is a candidate after the contrastive stage: SetFit's model, the tuned encoder with a
+    probe on its features. With a learning rate too small to move anything every epoch count scores
+    what 0 epochs scores, and a tie goes to the fewest epochs."""
+    from masdr_router.training.card import model_card
+    from masdr_router.training.contrastive import tuned_features
+    from masdr_router.training.probe import fit_probe
+    from masdr_router.training.trainer import encode
+
+    tax, qs = bbc_queries
+    cfg = TrainConfig(**SMALL, keep_probe=False, learning_rate=1e-9)
+    result = train_router(tax, qs, None, cfg)
+    sel = result.extra["selection"]
+    assert result.best_epoch == 0 and sel["cv_epochs"] == 0 and sel["model"] == "lora"
+    assert result.history[0]["epoch"] == 0 and "train_loss" not in result.history[0]
+    # the exported model is a probe fitted on the refit's tuned encoder, over all the queries
+    router = result.router
+    data = encode(cfg, tax.names, qs, router.tokenizer, router.model.encoder)
+    tuned = tuned_features(router.model, data.ids, data.mask, device="cpu")
+    probe = fit_probe(tuned, data.y.numpy(), len(tax.names))
+    np.testing.assert_allclose(router.logits([q.query for q in qs]), probe.logits(tuned), atol=1e-3)
+    metrics = {"calibration": result.calibration, "history": result.history, "train_seconds": 1.0,
+               "n_train": result.n_train, "n_val": result.n_val, "val": result.val_metrics, **result.extra}
+    assert "without classification fine-tuning (cross-validation chose 0 epochs)" in model_card(router, metrics, cfg)
 
 
 def test_auto_regime_holds_out_when_a_validation_file_is_given_or_data_is_plentiful(bbc_queries):
@@ -361,6 +396,7 @@ def test_the_contrastive_stage_pulls_a_scope_s_queries_together_and_the_head_sta
     starts the head from a probe on the tuned features, not on the frozen ones."""
     import contextlib
 
+    import torch
     from transformers import AutoModel, AutoTokenizer
 
     from masdr_router.retrieval.embedder import resolve_encoder_path
@@ -391,6 +427,18 @@ def test_the_contrastive_stage_pulls_a_scope_s_queries_together_and_the_head_sta
     assert stats["contrastive_steps"] == 30 and stats["contrastive_loss_last"] < stats["contrastive_loss_first"]
     assert after > before + 0.02, (before, after)  # 30 steps: 0.075 -> 0.111
 
+    # all weights (SetFit's way, the default): the base encoder moves, the adapters stay at their
+    # start for classification fine-tuning, and the base is frozen again afterwards
+    model = build_lora_model(path, len(tax.names), pooling="mean", head_dropout=0.1, lora_r=16, lora_alpha=32,
+                             lora_dropout=0.1, target_modules=["query", "key", "value", "dense"])
+    start = {n: p.detach().clone() for n, p in model.encoder.named_parameters()}
+    stats = contrastive_stage(model, data.ids, data.mask, data.y, iterations=20, learning_rate=2e-5, batch_size=32,
+                              max_steps=30, seed=0, device="cpu", autocast=contextlib.nullcontext, weights="all")
+    moved = {n for n, p in model.encoder.named_parameters() if not torch.equal(p, start[n])}
+    assert moved and not any("lora_" in n for n in moved) and stats["contrastive_weights"] == "all"
+    assert all(("lora_" in n) == p.requires_grad for n, p in model.encoder.named_parameters())
+    assert scope_gap(tuned_features(model, data.ids, data.mask, device="cpu")) > before + 0.02
+
     frozen_probe = fit_probe(data.features, y, len(tax.names))
     run = build_run(TrainConfig(**{**SMALL, "contrastive_max_steps": 30}), tax.names, path, tok, data, None,
                     key="t", epochs=1, head_init=frozen_probe, contrastive=True)
@@ -398,6 +446,23 @@ def test_the_contrastive_stage_pulls_a_scope_s_queries_together_and_the_head_sta
     np.testing.assert_allclose(run.predict_logits(data.ids, data.mask),
                                fit_probe(tuned, y, len(tax.names)).logits(tuned), atol=1e-3)
     assert not np.allclose(run.predict_logits(data.ids, data.mask), frozen_probe.logits(data.features), atol=1e-1)
+
+
+def test_contrastive_pairs_cover_every_pair_before_repeating_one():
+    """SetFit's sampling: all unordered pairs (a query with itself too), same-scope and other-scope
+    lists cycled to iterations x n each and interleaved."""
+    from masdr_router.training.contrastive import sample_pairs
+
+    y = np.array([0, 0, 0, 1, 1, 2])
+    pairs = sample_pairs(y, 4, np.random.default_rng(0))
+    assert len(pairs) == 2 * 4 * len(y) and pairs[0::2, 2].all() and not pairs[1::2, 2].any()
+    same = {(i, j) for i in range(6) for j in range(i, 6) if y[i] == y[j]}  # 6 + 3 + 1 = 10
+    other = {(i, j) for i in range(6) for j in range(i, 6) if y[i] != y[j]}  # 11
+    pos = [tuple(sorted(p[:2])) for p in pairs if p[2] == 1]
+    neg = [tuple(sorted(p[:2])) for p in pairs if p[2] == 0]
+    assert set(pos[:len(same)]) == same and set(neg[:len(other)]) == other
+    assert pos[len(same):2 * len(same)] == pos[:len(same)]  # then the same order again
+    assert not (sample_pairs(np.zeros(4, dtype=int), 2, np.random.default_rng(0))[:, 2] == 0).any()
 
 
 def test_the_guard_exports_the_probe_when_it_validates_better(bbc_queries, tmp_path):

@@ -55,7 +55,8 @@ def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) ->
         "Load it with `masdr_router.LoraRouter.from_pretrained(DIR)` or `masdr route --router DIR ...`.",
         "",
         "## Model",
-        f"- base encoder: `{cfg.base_model}`, {cfg.pooling} pooling, max {cfg.max_length} tokens",
+        f"- base encoder: `{cfg.base_model}`, {cfg.pooling} pooling{', L2-normalised' if router.normalize else ''}, "
+        f"max {cfg.max_length} tokens",
         f"- LoRA r={cfg.lora_r}, alpha={cfg.lora_alpha}, dropout={cfg.lora_dropout}, "
         f"modules {', '.join(cfg.target_modules)}; {metrics.get('trainable_params', '?'):,} trainable of "
         f"{metrics.get('total_params', '?'):,} parameters",
@@ -100,7 +101,8 @@ def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) ->
 def regime_line(metrics: dict[str, Any]) -> str:
     sel = metrics.get("selection") or {}
     if metrics.get("regime") == "cv":
-        return (f"{sel.get('folds', '?')}-fold cross-validation chose {metrics['val']['best_epoch'] or '-'} epochs "
+        epochs = sel.get("cv_epochs", metrics["val"]["best_epoch"]) if sel.get("model", "lora") == "lora" else "-"
+        return (f"{sel.get('folds', '?')}-fold cross-validation chose {epochs} epochs "
                 f"(of {sel.get('epoch_budget', '?')}), then the model was refit on all queries "
                 f"({metrics.get('regime_reason', '')})")
     return (f"early-stopped on a validation split of {metrics['n_val']} queries, best epoch "
@@ -120,9 +122,13 @@ def selection_line(metrics: dict[str, Any]) -> str:
         return (f"the frozen-encoder nearest-centroid head: its {held} macro-F1 {_f(centroid)} beat the LoRA "
                 f"model's {_f(lora)} (and the probe's {_f(probe)}), so the guard kept it")
     stage = sel.get("contrastive") or {}
-    first = (f"a contrastive stage ({stage['contrastive_steps']} steps of same/other-scope pairs, loss "
+    weights = {"all": "all encoder weights", "lora": "the LoRA adapters"}.get(stage.get("contrastive_weights"), "")
+    first = (f"a contrastive stage ({stage['contrastive_steps']} steps of same/other-scope pairs on {weights}, loss "
              f"{stage['contrastive_loss_first']:.3f} -> {stage['contrastive_loss_last']:.3f}), then "
              if stage.get("contrastive_steps") else "")
+    if first and sel.get("cv_epochs") == 0:
+        return (f"{first}a probe on the tuned encoder, without classification fine-tuning (cross-validation chose "
+                f"0 epochs); {held} macro-F1 {_f(lora)} against the frozen probe's {_f(probe)}")
     return (f"LoRA fine-tuned: {first}a probe-initialised head; {held} macro-F1 {_f(lora)} against the frozen "
             f"probe's {_f(probe)}")
 

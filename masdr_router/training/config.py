@@ -39,6 +39,11 @@ class TrainConfig(ConfigBase):
                 "when no validation file is given, else holdout"})
     cv_folds: int = field(default=3, metadata={"help": "folds for the cv regime"})
     cv_below: int = field(default=1000, metadata={"help": "auto uses cv below this many training queries"})
+    features: Literal["auto", "normalized", "raw"] = field(default="auto", metadata={
+        "help": "what the head and the probe see: 'normalized' (L2, the sentence embeddings; the probe is logistic "
+                "regression with C=3), 'raw' pooled features (the probe standardises them and picks C by "
+                "cross-validation); 'auto': normalized, except raw for pooling 'pooler' (a standard transformers "
+                "classifier cannot normalise)"})
     head_init: Literal["probe", "random"] = field(default="probe", metadata={
         "help": "'probe': start the head from a logistic-regression probe on frozen features (LP-FT)"})
     keep_probe: bool = field(default=True, metadata={
@@ -55,7 +60,15 @@ class TrainConfig(ConfigBase):
     contrastive_iterations: int = field(default=20, metadata={
         "help": "contrastive pairs per query: this many with its own scope and this many with another"})
     contrastive_max_steps: int = field(default=200, metadata={"help": "cap on the contrastive stage's batches"})
-    contrastive_learning_rate: float = field(default=1e-4, metadata={"help": "the contrastive stage's learning rate"})
+    contrastive_batch_size: int = field(default=32, metadata={
+        "help": "pairs per batch of the contrastive stage (its own: a large classification batch would make "
+                "few steps of a few pairs)"})
+    contrastive_weights: Literal["all", "lora"] = field(default="all", metadata={
+        "help": "what the contrastive stage tunes: 'all' the encoder's weights (as SetFit does; the artifact "
+                "stores the merged encoder, without a separate adapter), or 'lora' the adapters only"})
+    contrastive_learning_rate: float | None = field(default=None, metadata={
+        "help": "the contrastive stage's peak learning rate (warm-up, then linear decay); null: 2e-5 for all "
+                "weights (SetFit's), 1e-4 for the adapters"})
     corpus_weight: float = field(default=0.3, metadata={
         "help": "with --corpus: the weight of one pseudo-query in the loss, a labelled query weighing 1"})
     # optimisation
@@ -100,8 +113,8 @@ class TrainConfig(ConfigBase):
     def validate(self) -> list[tuple[str, bool, str]]:
         positive = [(k, getattr(self, k) > 0, f"must be > 0, got {getattr(self, k)}")
                     for k in ("epochs", "batch_size", "max_length", "lora_r", "lora_alpha", "learning_rate",
-                              "max_epochs", "cv_below", "grad_accumulation_steps", "contrastive_learning_rate",
-                              "contrastive_below")]
+                              "max_epochs", "cv_below", "grad_accumulation_steps", "contrastive_below",
+                              "contrastive_batch_size")]
         unit = [(k, 0 <= getattr(self, k) < 1, f"must be in [0, 1), got {getattr(self, k)}")
                 for k in ("lora_dropout", "head_dropout", "warmup_ratio", "label_smoothing")]
         return [*positive, *unit,
@@ -122,7 +135,30 @@ class TrainConfig(ConfigBase):
                  f"must be >= 1, got {self.contrastive_iterations}"),
                 ("contrastive_max_steps", self.contrastive_max_steps >= 1,
                  f"must be >= 1 (contrastive: off disables the stage), got {self.contrastive_max_steps}"),
+                ("contrastive_learning_rate",
+                 self.contrastive_learning_rate is None or self.contrastive_learning_rate > 0,
+                 f"must be > 0 or null, got {self.contrastive_learning_rate}"),
                 ("min_steps", self.min_steps >= 0, f"must be >= 0, got {self.min_steps}"),
                 ("max_grad_norm", self.max_grad_norm >= 0, f"must be >= 0 (0: off), got {self.max_grad_norm}"),
                 ("max_epochs", self.max_epochs >= self.epochs,
                  f"must be >= epochs ({self.epochs}), got {self.max_epochs}")]
+
+    @property
+    def normalize(self) -> bool:
+        """Whether the head sees L2-normalised features (``features``).
+
+        >>> TrainConfig().normalize, TrainConfig(pooling="pooler").normalize
+        (True, False)
+        """
+        return self.features == "normalized" or (self.features == "auto" and self.pooling != "pooler")
+
+    @property
+    def stage_learning_rate(self) -> float:
+        """The contrastive stage's learning rate: as set, or the default for what it tunes.
+
+        >>> TrainConfig().stage_learning_rate, TrainConfig(contrastive_weights="lora").stage_learning_rate
+        (2e-05, 0.0001)
+        """
+        if self.contrastive_learning_rate is not None:
+            return self.contrastive_learning_rate
+        return 2e-5 if self.contrastive_weights == "all" else 1e-4

@@ -11,7 +11,8 @@ from ..routers.lora.model import RouterModel
 
 
 def build_lora_model(base_path: str, n_labels: int, *, pooling: str, head_dropout: float, lora_r: int,
-                     lora_alpha: int, lora_dropout: float, target_modules: list[str]) -> RouterModel:
+                     lora_alpha: int, lora_dropout: float, target_modules: list[str],
+                     normalize: bool = False) -> RouterModel:
     """A fresh model: pretrained encoder + new LoRA adapters + a new head (seed torch first)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModel
@@ -25,7 +26,7 @@ def build_lora_model(base_path: str, n_labels: int, *, pooling: str, head_dropou
     lora = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, target_modules=target_modules,
                       bias="none")
     return RouterModel(get_peft_model(base, lora), n_labels, pooling=pooling, head_dropout=head_dropout,
-                       hidden_size=int(base.config.hidden_size))
+                       hidden_size=int(base.config.hidden_size), normalize=normalize)
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -15,8 +15,9 @@ Two regimes (``TrainConfig.regime``; ``auto`` picks by data size):
   and threshold are fitted on the out-of-fold predictions.
 
 In the cv regime below 32 queries per scope (``contrastive: auto``) a SetFit-style contrastive
-stage tunes the LoRA adapters on same/other-scope query pairs (:mod:`.contrastive`), fold by fold
-and again for the refit.
+stage tunes the encoder on same/other-scope query pairs (:mod:`.contrastive`), fold by fold and
+again for the refit, and 0 epochs (the probe on the tuned encoder, SetFit's model) is one of the
+epoch counts cross-validation chooses from.
 In both, the head starts from a logistic-regression probe on the encoder it fine-tunes (LP-FT), and the
 probe itself (or the nearest-centroid head, when ``frozen_heads`` allows it) is exported instead
 when it validates better (``keep_probe``). A run is a sequence of
@@ -45,6 +46,7 @@ from ..data import LabelledQuery
 from ..errors import MasdrError, ValidationError
 from ..taxonomy import Taxonomy
 from .config import TrainConfig
+from .schedule import lr_at
 from .tracking import Tracker
 
 if TYPE_CHECKING:
@@ -90,17 +92,6 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, n_labels: int) -> float:
     from sklearn.metrics import f1_score
 
     return float(f1_score(y_true, y_pred, labels=list(range(n_labels)), average="macro", zero_division=0))
-
-
-def lr_at(step: int, total: int, warmup: int, base: float) -> float:
-    """Linear warm-up then linear decay to zero.
-
-    >>> [round(lr_at(s, 10, 2, 1.0), 3) for s in (0, 1, 2, 9)]
-    [0.5, 1.0, 1.0, 0.125]
-    """
-    if step < warmup:
-        return base * (step + 1) / warmup
-    return base * max(0.0, (total - step) / max(1, total - warmup))
 
 
 def run_key(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequence[LabelledQuery]) -> str:
@@ -210,7 +201,7 @@ class Run:
     epochs: int
     n_trainable: int
     n_total: int
-    contrastive: dict[str, float] = field(default_factory=dict)  # the contrastive stage's steps and loss
+    contrastive: dict[str, Any] = field(default_factory=dict)  # the contrastive stage's steps, weights and loss
 
     @property
     def steps_per_epoch(self) -> int:
@@ -303,7 +294,7 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
               val: Encoded | None, *, key: str, epochs: int, head_init: LinearProbe | None = None,
               contrastive: bool = False) -> Run:
     """Encoder + fresh LoRA adapters + head (the probe's weights with ``head_init``), optimizer and
-    loss (seed first). With ``contrastive`` the adapters first go through the contrastive stage on
+    loss (seed first). With ``contrastive`` the encoder first goes through the contrastive stage on
     ``train``, and a ``head_init`` probe is refitted on the tuned encoder's features (still LP-FT:
     the head starts where a probe on the encoder it fine-tunes would be)."""
     import torch
@@ -316,23 +307,23 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
                               gradient_accumulation_steps=cfg.grad_accumulation_steps)
     model = build_lora_model(base_path, len(labels), pooling=cfg.pooling, head_dropout=cfg.head_dropout,
                              lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                             target_modules=cfg.target_modules)
-    stage: dict[str, float] = {}
+                             target_modules=cfg.target_modules, normalize=cfg.normalize)
+    stage: dict[str, Any] = {}
     if contrastive:
         from .contrastive import contrastive_stage, tuned_features
         from .probe import fit_probe
 
         model.to(accelerator.device)
         stage = contrastive_stage(model, train.ids, train.mask, train.y, iterations=cfg.contrastive_iterations,
-                                  learning_rate=cfg.contrastive_learning_rate, batch_size=cfg.batch_size,
+                                  learning_rate=cfg.stage_learning_rate, batch_size=cfg.contrastive_batch_size,
                                   max_steps=cfg.contrastive_max_steps, seed=cfg.seed, device=accelerator.device,
-                                  autocast=accelerator.autocast)
+                                  autocast=accelerator.autocast, weights=cfg.contrastive_weights)
         log.info("contrastive stage: %d steps, loss %.4f -> %.4f", stage["contrastive_steps"],
                  stage.get("contrastive_loss_first", float("nan")), stage.get("contrastive_loss_last", float("nan")))
         if head_init is not None and stage["contrastive_steps"]:
             head_init = fit_probe(tuned_features(model, train.ids, train.mask, device=accelerator.device),
                                   train.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
-                                  seed=cfg.seed, sample_weight=train.weight.numpy())
+                                  seed=cfg.seed, sample_weight=train.weight.numpy(), normalize=cfg.normalize)
     if head_init is not None:
         with torch.no_grad():
             model.head.weight.copy_(torch.from_numpy(head_init.weight))
@@ -603,9 +594,13 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
     n_trainable = sum(p.numel() for p in fitted.model.parameters() if p.requires_grad)
     n_total = sum(p.numel() for p in fitted.model.parameters())
     key = fitted.run.key if fitted.run is not None else run_key(cfg, taxonomy, train, val or [])
+    stage = fitted.run.contrastive if fitted.run is not None and fitted.selection["model"] == "lora" else {}
+    tuned = bool(stage.get("contrastive_steps")) and stage.get("contrastive_weights") == "all"
     meta = {"base_model": cfg.base_model,
             "lora": {"r": cfg.lora_r, "alpha": cfg.lora_alpha, "dropout": cfg.lora_dropout,
-                     "target_modules": list(cfg.target_modules)},
+                     "target_modules": list(cfg.target_modules),
+                     # adapters over a base the contrastive stage tuned: only the merged encoder is exported
+                     "base_weights": "contrastive-tuned" if tuned else "pretrained"},
             "train": {"config": cfg.to_dict(), "run_key": key, "n_train": fitted.n_train, "n_val": fitted.n_val,
                       "trainable_params": n_trainable, "total_params": n_total, "regime": regime,
                       "regime_reason": why, "selection": fitted.selection, "n_pseudo": len(pseudo),
@@ -638,7 +633,7 @@ def probe_model(frozen: Any, probe: LinearProbe, n_labels: int, pooling: str) ->
 
     from ..routers.lora.model import RouterModel
 
-    model = RouterModel(copy.deepcopy(frozen), n_labels, pooling=pooling, head_dropout=0.0)
+    model = RouterModel(copy.deepcopy(frozen), n_labels, pooling=pooling, head_dropout=0.0, normalize=probe.normalize)
     with torch.no_grad():
         model.head.weight.copy_(torch.from_numpy(probe.weight))
         model.head.bias.copy_(torch.from_numpy(probe.bias))
@@ -669,7 +664,7 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
     if extra is not None:
         tr, key = tr + extra, f"{key}-pseudo{len(extra.y)}"
     probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
-                      seed=cfg.seed, sample_weight=tr.weight.numpy())
+                      seed=cfg.seed, sample_weight=tr.weight.numpy(), normalize=cfg.normalize)
     run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=key,
                     epochs=epoch_budget(cfg, len(train_q)), head_init=probe if cfg.head_init == "probe" else None,
                     contrastive=use_contrastive(cfg, "holdout", len(train_q) / len(labels)))
@@ -716,11 +711,14 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     # every fold trains on (k-1)/k of the data: the same epoch budget as the refit, so an epoch
     # count chosen on the folds means the same amount of training for the final model
     epochs = epoch_budget(cfg, len(train))
-    oof = np.zeros((epochs, len(train), len(labels)), dtype=np.float32)  # per epoch, out-of-fold logits
+    # per epoch count 0..epochs, out-of-fold logits; 0 epochs is a candidate after a contrastive stage:
+    # the probe on the tuned encoder with no classification fine-tuning, which is SetFit's model
+    oof = np.zeros((epochs + 1, len(train), len(labels)), dtype=np.float32)
     frozen_oof = {k: np.zeros((len(train), len(labels)), dtype=np.float32) for k in ("probe", "centroid")}
     fold_rows, fold_stages = [], []
     # fold by fold: a fold's stage never sees its held-out queries
     contrastive = use_contrastive(cfg, "cv", len(train) / len(labels))
+    counts = range(0 if contrastive and cfg.head_init == "probe" else 1, epochs + 1)  # the candidate epoch counts
     # Every fold trains the whole budget: stopping on a few dozen held-out queries picks noise (a
     # first fold stopped at its own plateau chose 5 epochs where 12 were right, BBC at 8 per scope).
     for i, val_rows in enumerate(folds):
@@ -729,7 +727,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         if extra is not None:  # pseudo-queries train every fold and are never held out
             tr = tr + extra
         probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=balanced, seed=cfg.seed,
-                          sample_weight=tr.weight.numpy())
+                          sample_weight=tr.weight.numpy(), normalize=cfg.normalize)
         frozen_oof["probe"][val_rows] = probe.logits(va.features)
         frozen_oof["centroid"][val_rows] = fit_centroid(tr.features, tr.y.numpy(), len(labels)).logits(va.features)
         log.info("cross-validation fold %d/%d: %d training, %d held-out queries", i + 1, len(folds),
@@ -737,24 +735,25 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=f"fold{i}", epochs=epochs,
                         head_init=probe if cfg.head_init == "probe" else None, contrastive=contrastive)
         fold_stages.append(run.contrastive)
+        oof[0, val_rows] = run.predict_logits(va.ids, va.mask)
         state = fit_epochs(run, FitState(), keep_val_logits=True)
         for e, logits in enumerate(state.val_logits):
-            oof[e, val_rows] = logits
+            oof[e + 1, val_rows] = logits
         fold_rows.append([h["val_macro_f1"] for h in state.history])
-    cv_f1 = [macro_f1(true, oof[e].argmax(1), len(labels)) for e in range(epochs)]
-    cv_acc = [float((oof[e].argmax(1) == true).mean()) for e in range(epochs)]
-    best = int(np.argmax(cv_f1))  # the first of equal scores: fewer epochs
+    cv_f1 = {e: macro_f1(true, oof[e].argmax(1), len(labels)) for e in counts}
+    cv_acc = {e: float((oof[e].argmax(1) == true).mean()) for e in counts}
+    best = max(counts, key=lambda e: (cv_f1[e], -e))  # the fewest epochs among equal scores
     frozen_f1 = {k: macro_f1(true, v.argmax(1), len(labels)) for k, v in frozen_oof.items()}
     chosen = choose_export(cfg, cv_f1[best], frozen_f1)
-    history = [{"epoch": e + 1, "cv_macro_f1": cv_f1[e], "cv_accuracy": cv_acc[e]} for e in range(epochs)]
+    history = [{"epoch": e, "cv_macro_f1": cv_f1[e], "cv_accuracy": cv_acc[e]} for e in counts]
     for row in history:
         tracker.log(row)
     log.info("cross-validation: best %d epochs (out-of-fold macro-F1 %.4f); frozen probe %.4f, centroid %.4f -> %s",
-             best + 1, cv_f1[best], frozen_f1["probe"], frozen_f1["centroid"],
+             best, cv_f1[best], frozen_f1["probe"], frozen_f1["centroid"],
              "LoRA, refit on all queries" if chosen == "lora" else chosen)
     everything = data + extra if extra is not None else data
     final_probe = fit_probe(everything.features, everything.y.numpy(), len(labels), balanced=balanced,
-                            seed=cfg.seed, sample_weight=everything.weight.numpy())
+                            seed=cfg.seed, sample_weight=everything.weight.numpy(), normalize=cfg.normalize)
     run = None
     if chosen != "lora":
         head = final_probe if chosen == "probe" else fit_centroid(everything.features, everything.y.numpy(),
@@ -764,20 +763,20 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     else:
         n_pseudo = len(everything.y) - len(train)
         run = build_run(cfg, labels, base_path, tokenizer, everything, None,
-                        key=f"{run_key(cfg, taxonomy, train, [])}-refit{best + 1}-pseudo{n_pseudo}", epochs=best + 1,
+                        key=f"{run_key(cfg, taxonomy, train, [])}-refit{best}-pseudo{n_pseudo}", epochs=best,
                         head_init=final_probe if cfg.head_init == "probe" else None, contrastive=contrastive)
         state = resume(run, ckpt)
         fit_epochs(run, state, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end)
-        for row, fitted_row in zip(history, state.history):
+        for row, fitted_row in zip(history[1 - counts[0]:], state.history):  # the rows of 1, 2, ... epochs
             row["train_loss"] = fitted_row["train_loss"]
         model = run.unwrapped
         logits = oof[best]
     calibration = calibrate(cfg, logits, true)
     pred = logits.argmax(1)
     val_metrics = {"accuracy": float((pred == true).mean()), "macro_f1": macro_f1(true, pred, len(labels)),
-                   "best_epoch": best + 1 if chosen == "lora" else 0, "epochs_run": epochs, "stopped_early": False,
+                   "best_epoch": best if chosen == "lora" else 0, "epochs_run": epochs, "stopped_early": False,
                    "held_out": f"{cfg.cv_folds}-fold out-of-fold predictions"}
-    selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best],
+    selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best], "cv_epochs": best,
                  **{f"{k}_cv_macro_f1": v for k, v in frozen_f1.items()}, "probe_C": final_probe.C,
                  "epoch_budget": epochs,
                  "folds": cfg.cv_folds, "fold_val_macro_f1": fold_rows,

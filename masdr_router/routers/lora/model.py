@@ -10,17 +10,19 @@ from torch import nn
 
 
 class RouterModel(nn.Module):
-    """``encoder -> pool (mean over tokens, or [CLS]) -> dropout -> linear -> logits``.
+    """``encoder -> pool (mean over tokens, or [CLS]) -> [L2-normalise] -> dropout -> linear -> logits``.
 
     During training ``encoder`` is a peft model with LoRA adapters; in an exported artifact it is
     the plain encoder with the adapters merged in, which is faster to serve and needs no peft.
+    ``normalize`` puts the head on unit-length features, the sentence embeddings themselves.
     """
 
     def __init__(self, encoder: nn.Module, n_labels: int, *, pooling: str = "mean", head_dropout: float = 0.1,
-                 hidden_size: int | None = None) -> None:
+                 hidden_size: int | None = None, normalize: bool = False) -> None:
         super().__init__()
         self.encoder = encoder
         self.pooling = pooling
+        self.normalize = normalize
         hidden = hidden_size or int(encoder.config.hidden_size)
         self.dropout = nn.Dropout(head_dropout)
         self.head = nn.Linear(hidden, n_labels)
@@ -47,4 +49,7 @@ class RouterModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any) -> torch.Tensor:
         outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kw)
-        return self.head(self.dropout(self.pool_outputs(outputs, attention_mask, self.pooling).float()))
+        features = self.pool_outputs(outputs, attention_mask, self.pooling).float()
+        if self.normalize:
+            features = nn.functional.normalize(features, dim=-1)
+        return self.head(self.dropout(features))

@@ -79,13 +79,15 @@ class LoraRouter(Router):
     def __init__(self, taxonomy: Taxonomy, model: RouterModel | None, tokenizer: Any, *, temperature: float = 1.0,
                  threshold: float = 0.0, below_threshold: str = "abstain", max_length: int = 64,
                  meta: dict[str, Any] | None = None, device: str | None = None, onnx: OnnxLogits | None = None,
-                 pooling: str | None = None) -> None:
+                 pooling: str | None = None, normalize: bool | None = None) -> None:
         super().__init__(taxonomy)
         if model is None and onnx is None:
             raise MasdrError("a LoraRouter needs a model or an ONNX session")
         self.model = model.eval() if model is not None else None
         self.onnx = onnx  # an OnnxLogits session: serve logits from onnxruntime instead of torch
         self.pooling = pooling or (model.pooling if model is not None else "mean")
+        # the ONNX graph normalises by itself; the flag is kept so a re-saved config stays true
+        self.normalize = bool(normalize if normalize is not None else getattr(model, "normalize", False))
         self.tokenizer = tokenizer
         self.labels = taxonomy.names
         self.temperature = float(temperature)
@@ -165,7 +167,7 @@ class LoraRouter(Router):
             "format": FORMAT, "router_type": "lora", "layout": layout, "labels": self.labels,
             "taxonomy": {"name": self.taxonomy.name, "fingerprint": self.taxonomy.fingerprint},
             "temperature": self.temperature, "threshold": self.threshold, "below_threshold": self.below_threshold,
-            "max_length": self.max_length, "pooling": self.pooling, **self.meta,
+            "max_length": self.max_length, "pooling": self.pooling, "normalize": self.normalize, **self.meta,
             "package_version": __version__,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "peft": peft_version},
@@ -187,14 +189,16 @@ class LoraRouter(Router):
         with atomic_directory(out, overwrite=overwrite) as tmp, hf_progress_bars_off():
             encoder = self.model.encoder
             if hasattr(encoder, "merge_and_unload"):  # a peft model: keep adapters, serve merged
-                encoder.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
-                _portable_adapter_base(tmp / ADAPTER_DIR, self.meta.get("base_model"))
+                # adapters over a base the contrastive stage tuned do not apply to the published base
+                if (self.meta.get("lora") or {}).get("base_weights", "pretrained") == "pretrained":
+                    encoder.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
+                    _portable_adapter_base(tmp / ADAPTER_DIR, self.meta.get("base_model"))
                 merged = copy.deepcopy(encoder).merge_and_unload()
             else:
                 merged = encoder
             head = {k: v.detach().cpu().contiguous() for k, v in self.model.head.state_dict().items()}
             layout = LAYOUT_ENCODER_HEAD
-            if self.pooling == "pooler" and standard_classifier_type(merged.config) is not None:
+            if self.pooling == "pooler" and not self.normalize and standard_classifier_type(merged.config) is not None:
                 # the head is the standard one: the artifact root is a transformers classifier
                 _save_standard_classifier(merged, head, self.labels, tmp)
                 self.tokenizer.save_pretrained(tmp)
@@ -260,7 +264,8 @@ class LoraRouter(Router):
             if not (path / ONNX_FILE).is_file():
                 raise ArtifactError(f"{path} has no {ONNX_FILE}; export it with `masdr export onnx --router {path}`")
             return cls(taxonomy or stored, None, OnnxTokenizer(model_dir), device="cpu",
-                       onnx=OnnxLogits(path / ONNX_FILE), pooling=cfg["pooling"], **common)
+                       onnx=OnnxLogits(path / ONNX_FILE), pooling=cfg["pooling"],
+                       normalize=bool(cfg.get("normalize", False)), **common)
         from safetensors.torch import load_file
         from transformers import AutoModel, AutoTokenizer
 
@@ -278,7 +283,8 @@ class LoraRouter(Router):
                 encoder, head = classifier.base_model, classifier.classifier.state_dict()
             else:
                 encoder, head = AutoModel.from_pretrained(model_dir), load_file(str(path / HEAD_NAME))
-        model = RouterModel(encoder, len(cfg["labels"]), pooling=cfg["pooling"], head_dropout=0.0)
+        model = RouterModel(encoder, len(cfg["labels"]), pooling=cfg["pooling"], head_dropout=0.0,
+                            normalize=bool(cfg.get("normalize", False)))
         model.head.load_state_dict(head)
         model.to(dev).eval()
         if dev == "cuda":
