@@ -384,9 +384,26 @@ def test_lp_ft_the_head_starts_as_the_frozen_probe(bbc_queries):
     data = encode(cfg, tax.names, qs, tok, frozen)
     probe = fit_probe(data.features, data.y.numpy(), len(tax.names))
     run = build_run(cfg, tax.names, path, tok, data, None, key="t", epochs=1, head_init=probe)
+    assert probe.normalize and run.unwrapped.normalize  # both on the unit-length sentence embeddings
     np.testing.assert_allclose(run.predict_logits(data.ids, data.mask), probe.logits(data.features), atol=1e-3)
     cold = build_run(cfg, tax.names, path, tok, data, None, key="t", epochs=1, head_init=None)
     assert not np.allclose(cold.predict_logits(data.ids, data.mask), probe.logits(data.features), atol=1e-1)
+
+
+def test_the_default_probe_sees_directions_not_lengths_and_the_standardised_one_is_kept_for_the_pooler():
+    from masdr_router.training.probe import NORMALIZED_C, fit_probe
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(-1, 1, (20, 8)), rng.normal(1, 1, (20, 8))]) + 3.0
+    y = np.repeat([0, 1], 20)
+    lengths = rng.uniform(0.2, 5.0, (40, 1))  # the same directions at other lengths: the same logits
+    p = fit_probe(x, y, 2)
+    assert p.normalize and p.C == NORMALIZED_C
+    np.testing.assert_allclose(p.logits(x * lengths), p.logits(x), atol=1e-5)
+    raw = fit_probe(x, y, 2, normalize=False)
+    assert not np.allclose(raw.logits(x * lengths), raw.logits(x), atol=1e-2)
+    assert TrainConfig().normalize and not TrainConfig(pooling="pooler").normalize
+    assert TrainConfig(pooling="pooler", features="normalized").normalize
 
 
 def test_the_contrastive_stage_pulls_a_scope_s_queries_together_and_the_head_starts_on_the_tuned_encoder(
