@@ -95,6 +95,9 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
         extra = {"regime": res.extra["regime"], "model": sel["model"], "best_epoch": res.best_epoch,
                  "contrastive_steps": (sel.get("contrastive") or {}).get("contrastive_steps", 0),
                  "contrastive_weights": (sel.get("contrastive") or {}).get("contrastive_weights"),
+                 # the held-out curve the epoch count was chosen on
+                 "held_out_by_epoch": {int(h["epoch"]): round(h.get("cv_macro_f1", h.get("val_macro_f1", 0.0)), 4)
+                                       for h in res.history},
                  # held-out scores of every candidate: what another guard would have chosen
                  "held_out_macro_f1": {k.split("_")[0]: round(v, 4) for k, v in sel.items()
                                        if k.endswith(("_cv_macro_f1", "_val_macro_f1")) and isinstance(v, float)}}

@@ -9,8 +9,9 @@ LoRA's B matrices start at zero, a model whose head is the probe *is* the probe 
 Its features are the L2-normalised sentence embeddings by default (SetFit's head sees the same).
 On 5 data sets x 5 sizes (8 to all queries per scope, 3 samples each below all) logistic
 regression on them beat the same regression on standardised features at every size on average
-(mean macro-F1 +0.033 at 8 per scope, +0.015 at 16, +0.020 at 32, +0.009 at 64 and at all), and
-in 22 of the 25 cells (it lost on Django docs at 64 and all, and by 0.004 on 20 Newsgroups at 64).
+(mean macro-F1 +0.033 at 8 per scope, +0.015 at 16, +0.020 at 32, +0.010 at 64, +0.008 at all), and
+in 22 of the 25 cells (it lost on Django docs at 64 and all, and by 0.001 on 20 Newsgroups at 64;
+``bench/probe_features.py``).
 Standardised features are kept for the ``pooler`` head, whose standard transformers classifier
 cannot normalise.
 """
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 # The regression's C on unit-length features. Fixed, not cross-validated: with 8-16 queries per scope
-# a 3-fold choice of C is noise (it lost 0.002-0.006 on average to the fixed C there), and since C
+# a 3-fold choice of C is noise (it lost 0.002-0.004 on average to the fixed C there), and since C
 # weighs the sum of the losses a fixed C already regularises less as data grows. 3 was the best of
 # 1, 3 and 10 on average at every size but 8 per scope, where it tied with 1.
 NORMALIZED_C = 3.0

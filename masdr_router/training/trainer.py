@@ -198,10 +198,11 @@ class Run:
     train: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # ids, attention mask, labels, weights
     val: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
     key: str
-    epochs: int
+    epochs: int  # trained
     n_trainable: int
     n_total: int
     contrastive: dict[str, Any] = field(default_factory=dict)  # the contrastive stage's steps, weights and loss
+    schedule_epochs: int = 0  # the learning-rate schedule's length in epochs (0: ``epochs``)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -292,7 +293,7 @@ def use_contrastive(cfg: TrainConfig, regime: str, per_scope: float) -> bool:
 
 def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: Any, train: Encoded,
               val: Encoded | None, *, key: str, epochs: int, head_init: LinearProbe | None = None,
-              contrastive: bool = False) -> Run:
+              contrastive: bool = False, schedule_epochs: int = 0) -> Run:
     """Encoder + fresh LoRA adapters + head (the probe's weights with ``head_init``), optimizer and
     loss (seed first). With ``contrastive`` the encoder first goes through the contrastive stage on
     ``train``, and a ``head_init`` probe is refitted on the tuned encoder's features (still LP-FT:
@@ -346,7 +347,7 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
                unwrapped=accelerator.unwrap_model(prepared), tokenizer=tokenizer, optimizer=optimizer,
                class_weight=class_weight.to(accelerator.device), train=train.tensors(),
                val=val.tensors() if val is not None else None, key=key, epochs=epochs, n_trainable=n_trainable,
-               n_total=n_total, contrastive=stage)
+               n_total=n_total, contrastive=stage, schedule_epochs=schedule_epochs)
 
 
 # ---- step 3: epochs, early stopping, checkpoints ---------------------------------------------------
@@ -391,7 +392,7 @@ def train_one_epoch(run: Run, epoch: int) -> float:
     cfg, acc = run.cfg, run.accelerator
     world, rank = acc.num_processes, acc.process_index
     steps = run.steps_per_epoch
-    total_steps = steps * run.epochs
+    total_steps = steps * (run.schedule_epochs or run.epochs)
     warmup = max(1, int(cfg.warmup_ratio * total_steps))
     n = len(run.train[2])
     run.model.train()
@@ -739,17 +740,25 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         state = fit_epochs(run, FitState(), keep_val_logits=True)
         for e, logits in enumerate(state.val_logits):
             oof[e + 1, val_rows] = logits
-        fold_rows.append([h["val_macro_f1"] for h in state.history])
+        fold_rows.append([macro_f1(va.y.numpy(), oof[0, val_rows].argmax(1), len(labels))] * (counts[0] == 0)
+                         + [h["val_macro_f1"] for h in state.history])
     cv_f1 = {e: macro_f1(true, oof[e].argmax(1), len(labels)) for e in counts}
     cv_acc = {e: float((oof[e].argmax(1) == true).mean()) for e in counts}
     best = max(counts, key=lambda e: (cv_f1[e], -e))  # the fewest epochs among equal scores
+    choice: dict[str, float] = {}
+    if cfg.cv_choice == "one_se":
+        from .selection import fewest_within_one_se
+
+        best, choice = fewest_within_one_se(true, {e: oof[e].argmax(1) for e in counts}, cv_f1, len(labels),
+                                            seed=cfg.seed)
     frozen_f1 = {k: macro_f1(true, v.argmax(1), len(labels)) for k, v in frozen_oof.items()}
     chosen = choose_export(cfg, cv_f1[best], frozen_f1)
     history = [{"epoch": e, "cv_macro_f1": cv_f1[e], "cv_accuracy": cv_acc[e]} for e in counts]
     for row in history:
         tracker.log(row)
-    log.info("cross-validation: best %d epochs (out-of-fold macro-F1 %.4f); frozen probe %.4f, centroid %.4f -> %s",
-             best, cv_f1[best], frozen_f1["probe"], frozen_f1["centroid"],
+    log.info("cross-validation: %d epochs (out-of-fold macro-F1 %.4f%s); frozen probe %.4f, centroid %.4f -> %s",
+             best, cv_f1[best], f"; the best, {choice['best']} epochs, {choice['best_score']:.4f} ± {choice['se']:.4f}"
+             if choice and choice["best"] != best else "", frozen_f1["probe"], frozen_f1["centroid"],
              "LoRA, refit on all queries" if chosen == "lora" else chosen)
     everything = data + extra if extra is not None else data
     final_probe = fit_probe(everything.features, everything.y.numpy(), len(labels), balanced=balanced,
@@ -764,7 +773,10 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         n_pseudo = len(everything.y) - len(train)
         run = build_run(cfg, labels, base_path, tokenizer, everything, None,
                         key=f"{run_key(cfg, taxonomy, train, [])}-refit{best}-pseudo{n_pseudo}", epochs=best,
-                        head_init=final_probe if cfg.head_init == "probe" else None, contrastive=contrastive)
+                        head_init=final_probe if cfg.head_init == "probe" else None, contrastive=contrastive,
+                        # the folds' schedule, stopped where they scored best: the same training as the
+                        # epoch count was chosen on, not a schedule compressed into fewer epochs
+                        schedule_epochs=epochs)
         state = resume(run, ckpt)
         fit_epochs(run, state, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end)
         for row, fitted_row in zip(history[1 - counts[0]:], state.history):  # the rows of 1, 2, ... epochs
@@ -776,7 +788,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     val_metrics = {"accuracy": float((pred == true).mean()), "macro_f1": macro_f1(true, pred, len(labels)),
                    "best_epoch": best if chosen == "lora" else 0, "epochs_run": epochs, "stopped_early": False,
                    "held_out": f"{cfg.cv_folds}-fold out-of-fold predictions"}
-    selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best], "cv_epochs": best,
+    selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best], "cv_epochs": best, "cv_choice": choice,
                  **{f"{k}_cv_macro_f1": v for k, v in frozen_f1.items()}, "probe_C": final_probe.C,
                  "epoch_budget": epochs,
                  "folds": cfg.cv_folds, "fold_val_macro_f1": fold_rows,
