@@ -202,7 +202,6 @@ class Run:
     n_trainable: int
     n_total: int
     contrastive: dict[str, Any] = field(default_factory=dict)  # the contrastive stage's steps, weights and loss
-    schedule_epochs: int = 0  # the learning-rate schedule's length in epochs (0: ``epochs``)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -293,7 +292,7 @@ def use_contrastive(cfg: TrainConfig, regime: str, per_scope: float) -> bool:
 
 def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: Any, train: Encoded,
               val: Encoded | None, *, key: str, epochs: int, head_init: LinearProbe | None = None,
-              contrastive: bool = False, schedule_epochs: int = 0) -> Run:
+              contrastive: bool = False) -> Run:
     """Encoder + fresh LoRA adapters + head (the probe's weights with ``head_init``), optimizer and
     loss (seed first). With ``contrastive`` the encoder first goes through the contrastive stage on
     ``train``, and a ``head_init`` probe is refitted on the tuned encoder's features (still LP-FT:
@@ -347,7 +346,7 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
                unwrapped=accelerator.unwrap_model(prepared), tokenizer=tokenizer, optimizer=optimizer,
                class_weight=class_weight.to(accelerator.device), train=train.tensors(),
                val=val.tensors() if val is not None else None, key=key, epochs=epochs, n_trainable=n_trainable,
-               n_total=n_total, contrastive=stage, schedule_epochs=schedule_epochs)
+               n_total=n_total, contrastive=stage)
 
 
 # ---- step 3: epochs, early stopping, checkpoints ---------------------------------------------------
@@ -392,7 +391,7 @@ def train_one_epoch(run: Run, epoch: int) -> float:
     cfg, acc = run.cfg, run.accelerator
     world, rank = acc.num_processes, acc.process_index
     steps = run.steps_per_epoch
-    total_steps = steps * (run.schedule_epochs or run.epochs)
+    total_steps = steps * run.epochs
     warmup = max(1, int(cfg.warmup_ratio * total_steps))
     n = len(run.train[2])
     run.model.train()
@@ -773,10 +772,10 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         n_pseudo = len(everything.y) - len(train)
         run = build_run(cfg, labels, base_path, tokenizer, everything, None,
                         key=f"{run_key(cfg, taxonomy, train, [])}-refit{best}-pseudo{n_pseudo}", epochs=best,
-                        head_init=final_probe if cfg.head_init == "probe" else None, contrastive=contrastive,
-                        # the folds' schedule, stopped where they scored best: the same training as the
-                        # epoch count was chosen on, not a schedule compressed into fewer epochs
-                        schedule_epochs=epochs)
+                        head_init=final_probe if cfg.head_init == "probe" else None, contrastive=contrastive)
+        # The refit's schedule decays over its own epochs, not the folds' (their snapshot at that
+        # epoch is what was scored): stopping the folds' schedule there instead, at its high rate,
+        # scored 0.809 instead of 0.851 on BBC and 0.669 instead of 0.701 on composite at 8 per scope.
         state = resume(run, ckpt)
         fit_epochs(run, state, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end)
         for row, fitted_row in zip(history[1 - counts[0]:], state.history):  # the rows of 1, 2, ... epochs
