@@ -55,8 +55,9 @@ class TrainConfig(ConfigBase):
         "help": "the frozen-encoder heads keep_probe may export: 'probe' (logistic regression) and/or "
                 "'centroid' (nearest scope centroid); both are always scored and recorded"})
     contrastive: Literal["auto", "on", "off"] = field(default="auto", metadata={
-        "help": "a SetFit-style contrastive stage on the LoRA adapters (same-scope pairs close, others apart) "
-                "before the head is fitted and classification starts; 'auto': on in the cv regime when there are "
+        "help": "a SetFit-style contrastive stage on the encoder (same-scope pairs close, others apart; see "
+                "contrastive_weights) before the head is fitted and classification starts; 'auto': on in the cv "
+                "regime when there are "
                 "fewer than contrastive_below training queries per scope"})
     contrastive_below: float = field(default=32, metadata={
         "help": "auto runs the contrastive stage below this mean number of training queries per scope"})

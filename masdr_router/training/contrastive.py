@@ -12,7 +12,8 @@ By default the stage tunes every weight of the base encoder, as SetFit does: at 
 per scope on BBC, composite and SQLAlchemy the probe on the tuned encoder scored 0.012-0.058
 macro-F1 higher than after tuning the LoRA adapters alone (``bench/contrastive_stage.py``). The
 LoRA adapters, still at their zero start, then carry classification fine-tuning, and the export
-merges them into the tuned encoder. ``weights="lora"`` tunes the adapters instead, leaving the base as published.
+merges them into the tuned encoder. ``weights="lora"`` tunes the adapters instead, leaving the
+base as published.
 
 It works on the already tokenised training rows (:class:`~masdr_router.training.trainer.Encoded`),
 so pairs are index pairs and nothing is tokenised twice.
