@@ -295,20 +295,24 @@ SMALL = {"batch_size": 16, "max_length": 32, "progress": False, "epochs": 3, "mi
          "contrastive_max_steps": 10}
 
 
-def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_queries, tmp_path):
+@pytest.mark.parametrize("choice", ["best", "one_se"])
+def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_queries, tmp_path, choice):
     tax, qs = bbc_queries
-    result = train_router(tax, qs, None, TrainConfig(**SMALL, keep_probe=False))
+    result = train_router(tax, qs, None, TrainConfig(**SMALL, keep_probe=False, cv_choice=choice))
     assert result.extra["regime"] == "cv" and "< cv_below=1000" in result.extra["regime_reason"]
     # every labelled query is used for the final model; none is spent on a validation split
     assert (result.n_train, result.n_val) == (len(qs), 0)
     assert result.router.meta["train"]["n_train"] == len(qs)
     cv = {h["epoch"]: h["cv_macro_f1"] for h in result.history}
-    # after a contrastive stage 0 epochs (the probe on the tuned encoder) is a candidate too; the
-    # choice is the fewest epochs within one standard error of the best
+    # after a contrastive stage 0 epochs (the probe on the tuned encoder) is a candidate too
     assert list(cv) == [0, 1, 2, 3]
-    choice = result.extra["selection"]["cv_choice"]
-    assert choice["best"] == max(cv, key=lambda e: (cv[e], -e)) and result.best_epoch <= choice["best"]
-    assert cv[result.best_epoch] >= choice["best_score"] - choice["se"] - 1e-9
+    best = max(cv, key=lambda e: (cv[e], -e))
+    if choice == "best":
+        assert result.best_epoch == best
+    else:  # the fewest epochs within one standard error of the best
+        rule = result.extra["selection"]["cv_choice"]
+        assert rule["best"] == best and result.best_epoch <= best
+        assert cv[result.best_epoch] >= rule["best_score"] - rule["se"] - 1e-9
     # the out-of-fold predictions at the chosen epoch are what was calibrated and reported
     assert result.val_metrics["macro_f1"] == pytest.approx(cv[result.best_epoch])
     assert result.calibration["temperature"] > 0

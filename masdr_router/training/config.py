@@ -39,9 +39,9 @@ class TrainConfig(ConfigBase):
                 "when no validation file is given, else holdout"})
     cv_folds: int = field(default=3, metadata={"help": "folds for the cv regime"})
     cv_below: int = field(default=1000, metadata={"help": "auto uses cv below this many training queries"})
-    cv_choice: Literal["one_se", "best"] = field(default="one_se", metadata={
-        "help": "how cv picks the epoch count: 'one_se', the fewest epochs within one bootstrap standard error "
-                "of the best out-of-fold macro-F1 (few held-out queries make the best one noise); 'best', the best"})
+    cv_choice: Literal["best", "one_se"] = field(default="best", metadata={
+        "help": "how cv picks the epoch count: 'best', the best out-of-fold macro-F1; 'one_se', the fewest epochs "
+                "within one (paired bootstrap) standard error of it"})
     features: Literal["auto", "normalized", "raw"] = field(default="auto", metadata={
         "help": "what the head and the probe see: 'normalized' (L2, the sentence embeddings; the probe is logistic "
                 "regression with C=3), 'raw' pooled features (the probe standardises them and picks C by "
