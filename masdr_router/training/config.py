@@ -57,8 +57,7 @@ class TrainConfig(ConfigBase):
     contrastive: Literal["auto", "on", "off"] = field(default="auto", metadata={
         "help": "a SetFit-style contrastive stage on the encoder (same-scope pairs close, others apart; see "
                 "contrastive_weights) before the head is fitted and classification starts; 'auto': on in the cv "
-                "regime when there are "
-                "fewer than contrastive_below training queries per scope"})
+                "regime when there are fewer than contrastive_below training queries per scope"})
     contrastive_below: float = field(default=32, metadata={
         "help": "auto runs the contrastive stage below this mean number of training queries per scope"})
     contrastive_iterations: int = field(default=20, metadata={

@@ -7,7 +7,7 @@ epochs, whose score is within one standard error of the best one's. The standard
 the *paired* difference to the best, by bootstrap over the held-out queries: both scores come
 from the same queries, so their difference is far less noisy than either score.
 
-It is an option, not the default. On the learning curves it changed the choice in 3 of 6 cells
+It is an option, not the default. On the learning curves it changed the choice in 3 of 7 cells
 at 8-16 per scope (BBC 16: 0 epochs instead of 4; composite 16: 1 instead of 11; Django 8: 7
 instead of 11), and on the test queries (``bench/finetune_curve.py``) the fewer epochs were worth
 +0.005 on BBC but -0.031 on composite: the out-of-fold curve's plateau hid a test curve that
