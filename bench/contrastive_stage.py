@@ -42,7 +42,7 @@ def load(name: str) -> tuple[Any, dict[str, list[Any]]]:
     return ds, stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
 
 
-def run(name: str, size: int, mode: str, seed: int, lr: float | None = None) -> dict[str, Any]:
+def run(name: str, size: int, mode: str, seed: int, lr: float | None = None, max_steps: int = 600) -> dict[str, Any]:
     import contextlib
 
     import torch
@@ -72,13 +72,13 @@ def run(name: str, size: int, mode: str, seed: int, lr: float | None = None) -> 
     steps = {}
     if mode != "none":
         steps = contrastive_stage(model, tr.ids, tr.mask, tr.y, iterations=20, learning_rate=lr, batch_size=32,
-                                  max_steps=600, seed=seed, device="cpu", autocast=contextlib.nullcontext,
+                                  max_steps=max_steps, seed=seed, device="cpu", autocast=contextlib.nullcontext,
                                   weights=cfg.contrastive_weights)
     ftr = tuned_features(model, tr.ids, tr.mask, device="cpu")
     fte = tuned_features(model, te.ids, te.mask, device="cpu")
     probe = fit_probe(ftr, tr.y.numpy(), len(labels), seed=seed, normalize=cfg.normalize)
     pred = [labels[i] for i in probe.logits(fte).argmax(1)]
-    return {"dataset": name, "size": size, "seed": seed, "mode": mode, "lr": lr,
+    return {"dataset": name, "size": size, "seed": seed, "mode": mode, "lr": lr, "max_steps": max_steps,
             "n_train": len(train), "steps": steps.get("contrastive_steps", 0),
             **scores([q.scope for q in test], pred, labels), "train_s": round(time.perf_counter() - t0, 1)}
 
@@ -91,10 +91,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=None, help="the stage's peak learning rate (default: per mode, "
                     "as TrainConfig.stage_learning_rate)")
+    ap.add_argument("--max-steps", type=int, default=600, help="cap on the stage's batches (the trainer's "
+                    "contrastive_max_steps; 600 as the learning curve's SetFit)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/contrastive_stage.json"))
     args = ap.parse_args(argv)
     rows = json.loads(args.out.read_text()) if args.out.exists() else []
-    done = {(r["dataset"], r["size"], r["mode"], r["seed"], r.get("lr")) for r in rows}
+    done = {(r["dataset"], r["size"], r["mode"], r["seed"], r.get("lr"), r.get("max_steps", 600)) for r in rows}
     from masdr_router import TrainConfig
 
     default_lr = {"none": 0.0, **{m: TrainConfig(contrastive_weights=w).stage_learning_rate
@@ -102,15 +104,17 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for name in args.datasets:
         for size in args.sizes:
             for mode in args.modes:
-                if (name, size, mode, args.seed, args.lr or default_lr[mode]) in done:
+                if (name, size, mode, args.seed, args.lr or default_lr[mode], args.max_steps) in done:
                     continue
-                rows.append(run(name, size, mode, args.seed, args.lr))
+                rows.append(run(name, size, mode, args.seed, args.lr, args.max_steps))
                 print(json.dumps(rows[-1]), flush=True)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(rows, indent=2))
-    print("| set | per scope | mode | learning rate | macro-F1 (accuracy) | seconds |\n|---|---|---|---|---|---|")
+    print("| set | per scope | mode | learning rate | steps (cap) | macro-F1 (accuracy) | seconds |\n"
+          "|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['dataset']} | {r['size']} | {r['mode']} | {r.get('lr', '')} "
+              f"| {r['steps']} ({r.get('max_steps', 600)}) "
               f"| {r['macro_f1']:.3f} ({r['accuracy']:.3f}) "
               f"| {r['train_s']} |")
     return rows
