@@ -58,11 +58,12 @@ class TrainConfig(ConfigBase):
         "help": "a SetFit-style contrastive stage on the encoder (same-scope pairs close, others apart; see "
                 "contrastive_weights) before the head is fitted and classification starts; 'auto': on in the cv "
                 "regime when there are fewer than contrastive_below training queries per scope"})
-    contrastive_below: float = field(default=32, metadata={
+    contrastive_below: float = field(default=64, metadata={
         "help": "auto runs the contrastive stage below this mean number of training queries per scope"})
     contrastive_iterations: int = field(default=20, metadata={
         "help": "contrastive pairs per query: this many with its own scope and this many with another"})
-    contrastive_max_steps: int = field(default=200, metadata={"help": "cap on the contrastive stage's batches"})
+    contrastive_max_steps: int = field(default=600, metadata={
+        "help": "cap on the contrastive stage's batches (SetFit's 20 iterations reach it at 480 training queries)"})
     contrastive_batch_size: int = field(default=32, metadata={
         "help": "pairs per batch of the contrastive stage (its own: a large classification batch would make "
                 "few steps of a few pairs)"})
