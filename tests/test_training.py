@@ -336,6 +336,30 @@ def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_
     assert "a contrastive stage (10 steps" in model_card(result.router, metrics, TrainConfig(**SMALL, keep_probe=False))
 
 
+def test_few_shot_trains_the_whole_budget_and_exports_the_weight_space_ensemble(bbc_queries):
+    """After a contrastive stage (few queries per scope) the out-of-fold scores of a few dozen queries
+    choose epochs no better than chance, so by default nothing is chosen: the whole budget is trained and
+    the export is the weight-space ensemble (alpha few_shot_alpha) with the strong probe it started from.
+    Without the stage the cv regime chooses the epoch count and exports the fine-tuned model."""
+    from masdr_router.training.card import model_card
+
+    tax, qs = bbc_queries
+    cfg = TrainConfig(**SMALL, keep_probe=False)
+    few = train_router(tax, qs, None, cfg)
+    sel = few.extra["selection"]
+    assert sel["epoch_rule"] == "budget" and few.best_epoch == sel["epoch_budget"] == 3
+    assert sel["alpha"] == 0.25 and sel["contrastive"]["contrastive_steps"] > 0
+    cv = {h["epoch"]: h["cv_macro_f1"] for h in few.history}
+    assert few.val_metrics["macro_f1"] == pytest.approx(cv[3])  # the held-out scores are the ensemble's
+    metrics = {"calibration": few.calibration, "history": few.history, "train_seconds": 1.0,
+               "n_train": few.n_train, "n_val": few.n_val, "val": few.val_metrics, **few.extra}
+    card = model_card(few.router, metrics, cfg)
+    assert "few-shot: fine-tuned for the whole epoch budget (3)" in card and "WiSE-FT, alpha 0.25" in card
+    plenty = train_router(tax, qs, None, TrainConfig(**SMALL, keep_probe=False, contrastive_below=1))
+    sel = plenty.extra["selection"]
+    assert sel["epoch_rule"] == "best" and sel["alpha"] == 1.0 and not sel["contrastive"]
+
+
 def test_cross_validation_may_choose_the_tuned_encoder_without_fine_tuning(bbc_queries):
     """0 epochs is a candidate after the contrastive stage: SetFit's model, the tuned encoder with a
     probe on its features. With a learning rate too small to move anything every epoch count scores
@@ -346,7 +370,7 @@ def test_cross_validation_may_choose_the_tuned_encoder_without_fine_tuning(bbc_q
     from masdr_router.training.trainer import encode
 
     tax, qs = bbc_queries
-    cfg = TrainConfig(**SMALL, keep_probe=False, learning_rate=1e-9)
+    cfg = TrainConfig(**SMALL, keep_probe=False, learning_rate=1e-9, cv_choice="best")
     result = train_router(tax, qs, None, cfg)
     sel = result.extra["selection"]
     assert result.best_epoch == 0 and sel["cv_epochs"] == 0 and sel["model"] == "lora"
@@ -488,6 +512,48 @@ def test_contrastive_pairs_cover_every_pair_before_repeating_one():
     assert set(pos[:len(same)]) == same and set(neg[:len(other)]) == other
     assert pos[len(same):2 * len(same)] == pos[:len(same)]  # then the same order again
     assert not (sample_pairs(np.zeros(4, dtype=int), 2, np.random.default_rng(0))[:, 2] == 0).any()
+
+
+def test_the_weight_space_ensemble_runs_from_the_probe_to_the_fine_tuned_model(bbc_queries, tmp_path):
+    """finetune_alpha exports WiSE-FT's interpolation: at 0 the model fine-tuning started from (the
+    probe on the encoder), at 1 the fine-tuned one, in between LoRA's update scaled by alpha and the
+    head interpolated. One epoch, so every alpha trains the same weights (a seeded run)."""
+    import torch
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+    from masdr_router.training.probe import fit_probe
+    from masdr_router.training.trainer import encode, prepare_splits
+
+    tax, qs = bbc_queries
+    one = {**FAST, "epochs": 1}
+    runs = {a: train_router(tax, qs, None, TrainConfig(**one, finetune_alpha=a)) for a in (0.0, 0.5, 1.0)}
+    texts = [q.query for q in qs]
+    # alpha 0: exactly the probe on the frozen encoder, though an epoch of fine-tuning ran
+    cfg = TrainConfig(**one)
+    train, _ = prepare_splits(qs, None, cfg)
+    from transformers import AutoModel
+
+    frozen = AutoModel.from_pretrained(resolve_encoder_path("minilm")).eval()
+    data = encode(cfg, tax.names, train, runs[0.0].router.tokenizer, frozen)
+    probe = fit_probe(data.features, data.y.numpy(), len(tax.names))
+    frozen_features = encode(cfg, tax.names, qs, runs[0.0].router.tokenizer, frozen).features
+    np.testing.assert_allclose(runs[0.0].router.logits(texts), probe.logits(frozen_features), atol=1e-3)
+    assert not np.allclose(runs[1.0].router.logits(texts), probe.logits(frozen_features), atol=1e-2)
+
+    def weights(router):
+        return {n: p.detach() for n, p in router.model.named_parameters() if "lora_B" in n or n.startswith("head.")}
+
+    half, full = weights(runs[0.5].router), weights(runs[1.0].router)
+    for n, w in half.items():
+        start = torch.from_numpy(probe.weight if n == "head.weight" else probe.bias) if n.startswith("head.") else 0
+        torch.testing.assert_close(w, 0.5 * full[n] + 0.5 * start, atol=1e-5, rtol=1e-4)
+    assert any(float(w.abs().max()) > 0 for n, w in full.items() if "lora_B" in n)  # the adapters did move
+    # the ensemble is the exported model: it saves and loads as such
+    out = runs[0.5].router.save_pretrained(tmp_path / "wise")
+    np.testing.assert_allclose(LoraRouter.from_pretrained(out).predict_proba(texts),
+                               runs[0.5].router.predict_proba(texts), atol=1e-5)
+    with pytest.raises(ConfigError, match="finetune_alpha"):
+        TrainConfig(finetune_alpha=0.5, head_init="random")
 
 
 def test_the_guard_exports_the_probe_when_it_validates_better(bbc_queries, tmp_path):

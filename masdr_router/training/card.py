@@ -102,6 +102,10 @@ def regime_line(metrics: dict[str, Any]) -> str:
     sel = metrics.get("selection") or {}
     if metrics.get("regime") == "cv":
         epochs = sel.get("cv_epochs", metrics["val"]["best_epoch"]) if sel.get("model", "lora") == "lora" else "-"
+        if sel.get("epoch_rule") == "budget":
+            return (f"few-shot: fine-tuned for the whole epoch budget ({sel.get('epoch_budget', '?')}) on all queries, "
+                    f"no epoch count chosen; {sel.get('folds', '?')}-fold cross-validation gave the held-out "
+                    f"predictions ({metrics.get('regime_reason', '')})")
         return (f"{sel.get('folds', '?')}-fold cross-validation chose {epochs} epochs "
                 f"(of {sel.get('epoch_budget', '?')}), then the model was refit on all queries "
                 f"({metrics.get('regime_reason', '')})")
@@ -129,7 +133,10 @@ def selection_line(metrics: dict[str, Any]) -> str:
     if first and sel.get("cv_epochs") == 0:
         return (f"{first}a probe on the tuned encoder, without classification fine-tuning (cross-validation chose "
                 f"0 epochs); {held} macro-F1 {_f(lora)} against the frozen probe's {_f(probe)}")
-    return (f"LoRA fine-tuned: {first}a probe-initialised head; {held} macro-F1 {_f(lora)} against the frozen "
+    alpha = sel.get("alpha")
+    wise = (f", exported as the weight-space ensemble (WiSE-FT, alpha {alpha:g}) of the fine-tuned model and the "
+            f"probe it started from" if alpha is not None and alpha < 1 else "")
+    return (f"LoRA fine-tuned: {first}a probe-initialised head{wise}; {held} macro-F1 {_f(lora)} against the frozen "
             f"probe's {_f(probe)}")
 
 

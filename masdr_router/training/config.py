@@ -39,9 +39,11 @@ class TrainConfig(ConfigBase):
                 "when no validation file is given, else holdout"})
     cv_folds: int = field(default=3, metadata={"help": "folds for the cv regime"})
     cv_below: int = field(default=1000, metadata={"help": "auto uses cv below this many training queries"})
-    cv_choice: Literal["best", "one_se"] = field(default="best", metadata={
+    cv_choice: Literal["auto", "best", "one_se", "budget"] = field(default="auto", metadata={
         "help": "how cv picks the epoch count: 'best', the best out-of-fold macro-F1; 'one_se', the fewest epochs "
-                "within one (paired bootstrap) standard error of it"})
+                "within one (paired bootstrap) standard error of it; 'budget', no choice: the whole epoch budget "
+                "(the folds then only give held-out predictions for calibration and the guard); 'auto': budget after a "
+                "contrastive stage (few-shot), else best"})
     features: Literal["auto", "normalized", "raw"] = field(default="auto", metadata={
         "help": "what the head and the probe see: 'normalized' (L2, the sentence embeddings; the probe is logistic "
                 "regression with C=3), 'raw' pooled features (the probe standardises them and picks C by "
@@ -49,6 +51,13 @@ class TrainConfig(ConfigBase):
                 "classifier cannot normalise)"})
     head_init: Literal["probe", "random"] = field(default="probe", metadata={
         "help": "'probe': start the head from a logistic-regression probe on frozen features (LP-FT)"})
+    finetune_alpha: float | None = field(default=None, metadata={
+        "help": "the exported model is the weight-space ensemble (WiSE-FT) of the fine-tuned model (1) and the "
+                "one fine-tuning started from, the probe on the same encoder (0): LoRA's update scaled by alpha, "
+                "the head interpolated; held-out scores are those of the ensemble (needs head_init: probe); "
+                "null: few_shot_alpha after a contrastive stage (whose probe is a strong model), else 1"})
+    few_shot_alpha: float = field(default=0.25, metadata={
+        "help": "finetune_alpha when it is null and the contrastive stage ran"})
     keep_probe: bool = field(default=True, metadata={
         "help": "export a frozen-encoder head instead when it scores better on validation (recorded in the card)"})
     frozen_heads: list[str] = field(default_factory=lambda: ["probe"], metadata={
@@ -133,6 +142,11 @@ class TrainConfig(ConfigBase):
                 ("target_modules", bool(self.target_modules), "must name at least one module"),
                 ("frozen_heads", set(self.frozen_heads) <= {"probe", "centroid"},
                  f"must be a list of 'probe' and 'centroid', got {self.frozen_heads}"),
+                ("finetune_alpha", self.finetune_alpha is None or (0 <= self.finetune_alpha <= 1 and (
+                    self.finetune_alpha == 1 or self.head_init == "probe")),
+                 f"must be null or in [0, 1], and 1 unless head_init is 'probe' (a random head is no model to "
+                 f"interpolate with), got {self.finetune_alpha}"),
+                ("few_shot_alpha", 0 <= self.few_shot_alpha <= 1, f"must be in [0, 1], got {self.few_shot_alpha}"),
                 ("cv_folds", self.cv_folds >= 2, f"must be >= 2, got {self.cv_folds}"),
                 ("corpus_weight", self.corpus_weight > 0, f"must be > 0, got {self.corpus_weight}"),
                 ("contrastive_iterations", self.contrastive_iterations >= 1,
@@ -166,3 +180,25 @@ class TrainConfig(ConfigBase):
         if self.contrastive_learning_rate is not None:
             return self.contrastive_learning_rate
         return 2e-5 if self.contrastive_weights == "all" else 1e-4
+
+    def alpha(self, contrastive: bool) -> float:
+        """The weight-space ensemble's alpha for a run with or without the contrastive stage.
+
+        >>> TrainConfig().alpha(True), TrainConfig().alpha(False), TrainConfig(finetune_alpha=0.5).alpha(False)
+        (0.25, 1.0, 0.5)
+        >>> TrainConfig(head_init="random").alpha(True)   # no probe to interpolate with
+        1.0
+        """
+        if self.finetune_alpha is not None:
+            return self.finetune_alpha
+        return self.few_shot_alpha if contrastive and self.head_init == "probe" else 1.0
+
+    def epoch_choice(self, contrastive: bool) -> str:
+        """How the cv regime settles the epoch count (``cv_choice``, ``auto`` resolved).
+
+        >>> TrainConfig().epoch_choice(True), TrainConfig().epoch_choice(False)
+        ('budget', 'best')
+        """
+        if self.cv_choice != "auto":
+            return self.cv_choice
+        return "budget" if contrastive else "best"

@@ -3,6 +3,9 @@ head, and moving its trainable state in and out (for checkpoints and early stopp
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 
@@ -42,3 +45,34 @@ def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> No
     with torch.no_grad():
         for n, t in state.items():
             params[n].copy_(t.to(params[n].device))
+
+
+def weight_space_ensemble(model: RouterModel, alpha: float, start_head: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Make ``model`` the weight-space ensemble (WiSE-FT, Wortsman et al. 2022) of itself, fine-tuned
+    (``alpha`` = 1), and the model fine-tuning started from (``alpha`` = 0): the probe head
+    ``start_head`` on the same encoder. LoRA's B matrices start at zero, so scaling them by ``alpha``
+    scales the adapters' whole update; the head is interpolated."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(alpha)
+        for p, p0 in zip((model.head.weight, model.head.bias), start_head, strict=True):
+            p.mul_(alpha).add_(p0.to(p.device), alpha=1 - alpha)
+
+
+@contextlib.contextmanager
+def ensembled(model: RouterModel, alpha: float, start_head: tuple[torch.Tensor, torch.Tensor] | None) -> Iterator[None]:
+    """:func:`weight_space_ensemble` for the duration of the block, the fine-tuned weights restored
+    after it (training goes on from them); nothing at ``alpha`` = 1."""
+    if alpha == 1 or start_head is None:
+        yield
+        return
+    saved = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n or n.startswith("head.")}
+    weight_space_ensemble(model, alpha, start_head)
+    try:
+        yield
+    finally:
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for n, t in saved.items():
+                params[n].copy_(t)

@@ -202,6 +202,10 @@ class Run:
     n_trainable: int
     n_total: int
     contrastive: dict[str, Any] = field(default_factory=dict)  # the contrastive stage's steps, weights and loss
+    #: the head fine-tuning starts from (the probe, with head_init: probe): the other end of the
+    #: weight-space ensemble at ``alpha`` (TrainConfig.alpha)
+    start_head: tuple[torch.Tensor, torch.Tensor] | None = None
+    alpha: float = 1.0
 
     @property
     def steps_per_epoch(self) -> int:
@@ -209,6 +213,22 @@ class Run:
         return math.ceil(per_rank / self.cfg.batch_size)
 
     def predict_logits(self, ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+        """The model's logits, as the weight-space ensemble it will be exported as
+        (``alpha``); the fine-tuned weights stay as they are."""
+        from .model import ensembled
+
+        with ensembled(self.unwrapped, self.alpha, self.start_head):
+            return self._logits(ids, mask)
+
+    def finish(self) -> None:
+        """Make the model what is exported: the weight-space ensemble at ``alpha``."""
+        from .model import weight_space_ensemble
+
+        if self.alpha != 1 and self.start_head is not None:
+            weight_space_ensemble(self.unwrapped, self.alpha, self.start_head)
+            self.start_head = None  # done: predict_logits now sees the exported model as it is
+
+    def _logits(self, ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
         import torch
 
         self.model.eval()
@@ -326,10 +346,12 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
             head_init = fit_probe(tuned_features(model, train.ids, train.mask, device=accelerator.device),
                                   train.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
                                   seed=cfg.seed, sample_weight=train.weight.numpy(), normalize=cfg.normalize)
+    start_head = None
     if head_init is not None:
         with torch.no_grad():
             model.head.weight.copy_(torch.from_numpy(head_init.weight))
             model.head.bias.copy_(torch.from_numpy(head_init.bias))
+        start_head = (model.head.weight.detach().cpu().clone(), model.head.bias.detach().cpu().clone())
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     n_total = sum(p.numel() for p in model.parameters())
     class_weight = torch.ones(len(labels))
@@ -337,18 +359,25 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
         counts = np.bincount(train.y.numpy(), weights=train.weight.numpy(), minlength=len(labels))
         w = np.where(counts > 0, counts.sum() / (len(labels) * np.maximum(counts, 1e-12)), 0.0)
         class_weight = torch.tensor(w, dtype=torch.float32)
-    decay, no_decay = [], []
-    for n, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if n.endswith("bias") or "LayerNorm" in n else decay).append(p)
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.learning_rate)
-    prepared, optimizer = accelerator.prepare(model, optimizer)
+    prepared, optimizer = accelerator.prepare(model, make_optimizer(model, cfg))
     return Run(cfg=cfg, labels=labels, device=device, mixed_precision=mp, accelerator=accelerator, model=prepared,
                unwrapped=accelerator.unwrap_model(prepared), tokenizer=tokenizer, optimizer=optimizer,
                class_weight=class_weight.to(accelerator.device), train=train.tensors(),
                val=val.tensors() if val is not None else None, key=key, epochs=epochs, n_trainable=n_trainable,
-               n_total=n_total, contrastive=stage)
+               n_total=n_total, contrastive=stage, start_head=start_head,
+               alpha=cfg.alpha(bool(stage.get("contrastive_steps"))))
+
+
+def make_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters, without weight decay on biases and LayerNorm weights."""
+    import torch
+
+    decay, no_decay = [], []
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if n.endswith("bias") or "LayerNorm" in n else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.learning_rate)
 
 
 # ---- step 3: epochs, early stopping, checkpoints ---------------------------------------------------
@@ -675,6 +704,7 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
                patience=cfg.early_stopping_patience)
     if state.best is not None:
         load_trainable_state(run.unwrapped, state.best)
+    run.finish()
     true = va.y.numpy()
     lora_logits = run.predict_logits(va.ids, va.mask)
     heads = {"probe": probe, "centroid": fit_centroid(tr.features, tr.y.numpy(), len(labels))}
@@ -689,7 +719,7 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
                    "best_epoch": state.best_epoch if chosen == "lora" else 0, "epochs_run": len(state.history),
                    "stopped_early": state.stopped_early}
     selection = {"model": chosen, **{f"{k}_val_macro_f1": v for k, v in f1.items()}, "probe_C": probe.C,
-                 "epoch_budget": run.epochs, "contrastive": run.contrastive}
+                 "epoch_budget": run.epochs, "contrastive": run.contrastive, "alpha": run.alpha}
     return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=state.history,
                   seconds=state.seconds, n_train=len(tr.y), n_val=len(val_q), selection=selection,
                   held_out=(val_q, logits), resumed_from_epoch=state.resumed_from_epoch, run=run)
@@ -747,7 +777,10 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     cv_acc = {e: float((oof[e].argmax(1) == true).mean()) for e in counts}
     best = max(counts, key=lambda e: (cv_f1[e], -e))  # the fewest epochs among equal scores
     choice: dict[str, float] = {}
-    if cfg.cv_choice == "one_se":
+    rule = cfg.epoch_choice(contrastive)
+    if rule == "budget":  # no choice: with a few dozen held-out queries it is mostly noise
+        best = epochs
+    elif rule == "one_se":
         from .selection import fewest_within_one_se
 
         best, choice = fewest_within_one_se(true, {e: oof[e].argmax(1) for e in counts}, cv_f1, len(labels),
@@ -782,6 +815,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         fit_epochs(run, state, checkpoint_dir=ckpt, on_epoch_end=on_epoch_end)
         for row, fitted_row in zip(history[1 - counts[0]:], state.history):  # the rows of 1, 2, ... epochs
             row["train_loss"] = fitted_row["train_loss"]
+        run.finish()
         model = run.unwrapped
         logits = oof[best]
     calibration = calibrate(cfg, logits, true)
@@ -789,7 +823,8 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     val_metrics = {"accuracy": float((pred == true).mean()), "macro_f1": macro_f1(true, pred, len(labels)),
                    "best_epoch": best if chosen == "lora" else 0, "epochs_run": epochs, "stopped_early": False,
                    "held_out": f"{cfg.cv_folds}-fold out-of-fold predictions"}
-    selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best], "cv_epochs": best, "cv_choice": choice,
+    selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best], "cv_epochs": best, "epoch_rule": rule,
+                 "cv_choice": choice, "alpha": run.alpha if run is not None else None,
                  **{f"{k}_cv_macro_f1": v for k, v in frozen_f1.items()}, "probe_C": final_probe.C,
                  "epoch_budget": epochs,
                  "folds": cfg.cv_folds, "fold_val_macro_f1": fold_rows,
