@@ -95,6 +95,8 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
         extra = {"regime": res.extra["regime"], "model": sel["model"], "best_epoch": res.best_epoch,
                  "contrastive_steps": (sel.get("contrastive") or {}).get("contrastive_steps", 0),
                  "contrastive_weights": (sel.get("contrastive") or {}).get("contrastive_weights"),
+                 # how the epochs were chosen (best / one_se / budget) and the WiSE-FT weight exported
+                 "epoch_rule": sel.get("epoch_rule"), "alpha": sel.get("alpha"),
                  # the held-out curve the epoch count was chosen on
                  "held_out_by_epoch": {int(h["epoch"]): round(h.get("cv_macro_f1", h.get("val_macro_f1", 0.0)), 4)
                                        for h in res.history},
@@ -211,9 +213,13 @@ def seed_mean(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def model_name(row: dict[str, Any]) -> str:
     """What the default exported: ``lora@E`` (E epochs of classification fine-tuning; 0: the probe
-    on the contrastively tuned encoder), ``probe`` or ``centroid``."""
+    on the contrastively tuned encoder; ``αA``: the weight-space ensemble with that probe at weight A),
+    ``probe`` or ``centroid``."""
     model = str(row.get("model", "?"))
-    return f"{model}@{row['best_epoch']}" if model == "lora" and "best_epoch" in row else model
+    if model != "lora" or "best_epoch" not in row:
+        return model
+    alpha = row.get("alpha")
+    return f"lora@{row['best_epoch']}" + (f" α{alpha:g}" if alpha is not None and alpha < 1 else "")
 
 
 def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
