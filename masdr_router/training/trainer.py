@@ -19,7 +19,8 @@ stage tunes the encoder on same/other-scope query pairs (:mod:`.contrastive`), f
 again for the refit. That is the few-shot case, where out-of-fold scores of a few dozen queries
 choose epochs no better than a fixed rule: by default (``cv_choice: auto``) the refit then trains
 the whole epoch budget and is exported as the weight-space ensemble (WiSE-FT) with the probe on
-the tuned encoder it started from (``few_shot_alpha``); the folds only supply held-out predictions.
+the tuned encoder it started from (``few_shot_alpha``); the folds still supply the held-out
+predictions that calibrate it and that the export guard compares.
 In both, the head starts from a logistic-regression probe on the encoder it fine-tunes (LP-FT), and the
 probe itself (or the nearest-centroid head, when ``frozen_heads`` allows it) is exported instead
 when it validates better (``keep_probe``). A run is a sequence of
