@@ -21,7 +21,8 @@ Systems:
 
 The report also shows ``+centroid``: what the default would score if its guard could also export the
 nearest-centroid head (``frozen_heads: [probe, centroid]``). It is exact, not an estimate: the run
-records every candidate's held-out macro-F1, the guard's choice follows from them, and the centroid
+records every frozen head's held-out lead over LoRA and its bootstrap SE, the guard's choice follows
+from them, and the centroid
 head predicts exactly what the ``centroid`` baseline predicts (tests/test_training.py).
 """
 
@@ -102,7 +103,9 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
                                        for h in res.history},
                  # held-out scores of every candidate: what another guard would have chosen
                  "held_out_macro_f1": {k.split("_")[0]: round(v, 4) for k, v in sel.items()
-                                       if k.endswith(("_cv_macro_f1", "_val_macro_f1")) and isinstance(v, float)}}
+                                       if k.endswith(("_cv_macro_f1", "_val_macro_f1")) and isinstance(v, float)},
+                 # each frozen head's held-out lead over LoRA and its bootstrap SE: what the guard decided on
+                 "guard": sel.get("guard"), "guard_margin_se": sel.get("guard_margin_se")}
     elif system == "tfidf-lr":
         from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -225,14 +228,14 @@ def model_name(row: dict[str, Any]) -> str:
 def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The default's score had its guard been allowed the centroid head (None: not recorded)."""
     d, c = row.get("default"), row.get("centroid")
-    held = (d or {}).get("held_out_macro_f1")
-    if not held or c is None or "centroid" not in held:
+    guard = (d or {}).get("guard")
+    if not guard or c is None or "centroid" not in guard:
         return None
     from masdr_router import TrainConfig
     from masdr_router.training.trainer import choose_export
 
-    heads = {k: held[k] for k in ("probe", "centroid")}
-    if choose_export(TrainConfig(frozen_heads=["probe", "centroid"]), held["lora"], heads) == "centroid":
+    cfg = TrainConfig(frozen_heads=["probe", "centroid"], guard_margin_se=d.get("guard_margin_se") or 0.0)
+    if choose_export(cfg, guard) == "centroid":
         return {**c, "model": "centroid"}
     return d  # the same choice as the run made: lora, or the probe
 

@@ -118,13 +118,23 @@ def selection_line(metrics: dict[str, Any]) -> str:
     held = "out-of-fold" if metrics.get("regime") == "cv" else "validation"
     lora = sel.get("lora_cv_macro_f1", sel.get("lora_val_macro_f1"))
     probe = sel.get("probe_cv_macro_f1", sel.get("probe_val_macro_f1"))
+    guard = sel.get("guard") or {}
+    margin = sel.get("guard_margin_se")
+
+    def lead(head: str) -> str:  # "by 0.120 (> 1 bootstrap SE, 0.031)"
+        e = guard.get(head)
+        return f" by {e['lead']:.3f} (> {margin:g} bootstrap SE, {e['se']:.3f})" if e and margin else ""
+
     if sel.get("model") == "probe":
         return (f"the frozen-encoder probe (logistic regression, C={sel.get('probe_C')}): its {held} macro-F1 "
-                f"{_f(probe)} beat the LoRA model's {_f(lora)}, so the guard kept it")
+                f"{_f(probe)} beat the LoRA model's {_f(lora)}{lead('probe')}, so the guard kept it")
     if sel.get("model") == "centroid":
         centroid = sel.get("centroid_cv_macro_f1", sel.get("centroid_val_macro_f1"))
         return (f"the frozen-encoder nearest-centroid head: its {held} macro-F1 {_f(centroid)} beat the LoRA "
-                f"model's {_f(lora)} (and the probe's {_f(probe)}), so the guard kept it")
+                f"model's {_f(lora)}{lead('centroid')} (and the probe's {_f(probe)}), so the guard kept it")
+    noise = [f"the {k}'s lead of {e['lead']:.3f} is within {margin:g} bootstrap SE ({e['se']:.3f})"
+             for k, e in guard.items() if e["lead"] > 0 and margin and k in sel.get("guard_heads", [])]
+    within = f" ({'; '.join(noise)}, so the guard kept LoRA)" if noise else ""
     stage = sel.get("contrastive") or {}
     weights = {"all": "all encoder weights", "lora": "the LoRA adapters"}.get(stage.get("contrastive_weights"), "")
     first = (f"a contrastive stage ({stage['contrastive_steps']} steps of same/other-scope pairs on {weights}, loss "
@@ -132,12 +142,12 @@ def selection_line(metrics: dict[str, Any]) -> str:
              if stage.get("contrastive_steps") else "")
     if first and sel.get("cv_epochs") == 0:
         return (f"{first}a probe on the tuned encoder, without classification fine-tuning (cross-validation chose "
-                f"0 epochs); {held} macro-F1 {_f(lora)} against the frozen probe's {_f(probe)}")
+                f"0 epochs); {held} macro-F1 {_f(lora)} against the frozen probe's {_f(probe)}{within}")
     alpha = sel.get("alpha")
     wise = (f", exported as the weight-space ensemble (WiSE-FT, alpha {alpha:g}) of the fine-tuned model and the "
             f"probe it started from" if alpha is not None and alpha < 1 else "")
     return (f"LoRA fine-tuned: {first}a probe-initialised head{wise}; {held} macro-F1 {_f(lora)} against the frozen "
-            f"probe's {_f(probe)}")
+            f"probe's {_f(probe)}{within}")
 
 
 def _threshold_line(router: LoraRouter, metrics: dict[str, Any]) -> str:

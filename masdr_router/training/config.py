@@ -60,6 +60,9 @@ class TrainConfig(ConfigBase):
         "help": "finetune_alpha when it is null and the contrastive stage ran"})
     keep_probe: bool = field(default=True, metadata={
         "help": "export a frozen-encoder head instead when it scores better on validation (recorded in the card)"})
+    guard_margin_se: float = field(default=1.0, metadata={
+        "help": "keep_probe exports a frozen head only when its held-out macro-F1 leads the LoRA model's by more "
+                "than this many bootstrap standard errors of the paired difference (0: any lead)"})
     frozen_heads: list[str] = field(default_factory=lambda: ["probe"], metadata={
         "help": "the frozen-encoder heads keep_probe may export: 'probe' (logistic regression) and/or "
                 "'centroid' (nearest scope centroid); both are always scored and recorded"})
@@ -146,6 +149,7 @@ class TrainConfig(ConfigBase):
                     self.finetune_alpha == 1 or self.head_init == "probe")),
                  f"must be null or in [0, 1], and 1 unless head_init is 'probe' (a random head is no model to "
                  f"interpolate with), got {self.finetune_alpha}"),
+                ("guard_margin_se", self.guard_margin_se >= 0, f"must be >= 0, got {self.guard_margin_se}"),
                 ("few_shot_alpha", 0 <= self.few_shot_alpha <= 1, f"must be in [0, 1], got {self.few_shot_alpha}"),
                 ("cv_folds", self.cv_folds >= 2, f"must be >= 2, got {self.cv_folds}"),
                 ("corpus_weight", self.corpus_weight > 0, f"must be > 0, got {self.corpus_weight}"),

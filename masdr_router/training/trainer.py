@@ -23,7 +23,8 @@ the tuned encoder it started from (``few_shot_alpha``); the folds still supply t
 predictions that calibrate it and that the export guard compares.
 In both, the head starts from a logistic-regression probe on the encoder it fine-tunes (LP-FT), and the
 probe itself (or the nearest-centroid head, when ``frozen_heads`` allows it) is exported instead
-when it validates better (``keep_probe``). A run is a sequence of
+when it validates better by more than the noise of the held-out queries (``keep_probe``,
+``guard_margin_se``: bootstrap standard errors of the paired difference). A run is a sequence of
 named steps: :func:`check_labels`, :func:`build_run` (model, optimizer, encoded data),
 :func:`fit_epochs`, :func:`calibrate`. Global switches (RNG seeds, deterministic kernels, progress
 bars, a peft warning filter) hold for the run only.
@@ -676,12 +677,31 @@ def probe_model(frozen: Any, probe: LinearProbe, n_labels: int, pooling: str) ->
     return model
 
 
-def choose_export(cfg: TrainConfig, lora_f1: float, heads: dict[str, float]) -> str:
-    """Which model to export: ``"lora"``, or the frozen head in ``cfg.frozen_heads`` that is strictly
-    better on held-out data (the probe on a tie between the two)."""
-    allowed = {k: v for k, v in heads.items() if k in cfg.frozen_heads} if cfg.keep_probe else {}
-    best = max(allowed, key=lambda k: (allowed[k], k == "probe"), default=None)
-    return best if best is not None and allowed[best] > lora_f1 + 1e-9 else "lora"
+def choose_export(cfg: TrainConfig, evidence: dict[str, dict[str, float]]) -> str:
+    """Which model to export: ``"lora"``, or the frozen head in ``cfg.frozen_heads`` whose held-out
+    macro-F1 leads the LoRA model's by more than ``cfg.guard_margin_se`` bootstrap standard errors of
+    the paired difference (``evidence`` from :func:`~.selection.guard_evidence`; the probe on a tie).
+
+    >>> cfg = TrainConfig()
+    >>> choose_export(cfg, {"probe": {"f1": 0.2, "lead": 0.016, "se": 0.03}})   # a lead within the noise
+    'lora'
+    >>> choose_export(cfg, {"probe": {"f1": 0.8, "lead": 0.5, "se": 0.05}})
+    'probe'
+    """
+    allowed = {k: v for k, v in evidence.items() if k in cfg.frozen_heads} if cfg.keep_probe else {}
+    best = max(allowed, key=lambda k: (allowed[k]["lead"], k == "probe"), default=None)
+    if best is None:
+        return "lora"
+    lead, se = allowed[best]["lead"], allowed[best]["se"]
+    return best if lead > 1e-9 and lead > cfg.guard_margin_se * se + 1e-9 else "lora"
+
+
+def _guard(cfg: TrainConfig, true: np.ndarray, held: dict[str, np.ndarray], n_labels: int
+           ) -> tuple[str, dict[str, dict[str, float]]]:
+    from .selection import guard_evidence
+
+    evidence = guard_evidence(true, {k: v.argmax(1) for k, v in held.items()}, n_labels, seed=cfg.seed)
+    return choose_export(cfg, evidence), {k: {m: round(x, 4) for m, x in e.items()} for k, e in evidence.items()}
 
 
 def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQuery],
@@ -713,7 +733,7 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
     heads = {"probe": probe, "centroid": fit_centroid(tr.features, tr.y.numpy(), len(labels))}
     held = {"lora": lora_logits, **{k: h.logits(va.features) for k, h in heads.items()}}
     f1 = {k: macro_f1(true, v.argmax(1), len(labels)) for k, v in held.items()}
-    chosen = choose_export(cfg, f1["lora"], {k: f1[k] for k in heads})
+    chosen, guard = _guard(cfg, true, held, len(labels))
     logits = held[chosen]
     model = run.unwrapped if chosen == "lora" else probe_model(frozen, heads[chosen], len(labels), cfg.pooling)
     calibration = calibrate(cfg, logits, true)
@@ -722,6 +742,8 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
                    "best_epoch": state.best_epoch if chosen == "lora" else 0, "epochs_run": len(state.history),
                    "stopped_early": state.stopped_early}
     selection = {"model": chosen, **{f"{k}_val_macro_f1": v for k, v in f1.items()}, "probe_C": probe.C,
+                 "guard": guard, "guard_margin_se": cfg.guard_margin_se,
+                 "guard_heads": cfg.frozen_heads if cfg.keep_probe else [],
                  "epoch_budget": run.epochs, "contrastive": run.contrastive, "alpha": run.alpha}
     return Fitted(model=model, calibration=calibration, val_metrics=val_metrics, history=state.history,
                   seconds=state.seconds, n_train=len(tr.y), n_val=len(val_q), selection=selection,
@@ -789,7 +811,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         best, choice = fewest_within_one_se(true, {e: oof[e].argmax(1) for e in counts}, cv_f1, len(labels),
                                             seed=cfg.seed)
     frozen_f1 = {k: macro_f1(true, v.argmax(1), len(labels)) for k, v in frozen_oof.items()}
-    chosen = choose_export(cfg, cv_f1[best], frozen_f1)
+    chosen, guard = _guard(cfg, true, {"lora": oof[best], **frozen_oof}, len(labels))
     history = [{"epoch": e, "cv_macro_f1": cv_f1[e], "cv_accuracy": cv_acc[e]} for e in counts]
     for row in history:
         tracker.log(row)
@@ -828,6 +850,8 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
                    "held_out": f"{cfg.cv_folds}-fold out-of-fold predictions"}
     selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best], "cv_epochs": best, "epoch_rule": rule,
                  "cv_choice": choice, "alpha": run.alpha if run is not None else None,
+                 "guard": guard, "guard_margin_se": cfg.guard_margin_se,
+                 "guard_heads": cfg.frozen_heads if cfg.keep_probe else [],
                  **{f"{k}_cv_macro_f1": v for k, v in frozen_f1.items()}, "probe_C": final_probe.C,
                  "epoch_budget": epochs,
                  "folds": cfg.cv_folds, "fold_val_macro_f1": fold_rows,
