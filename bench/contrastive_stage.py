@@ -12,11 +12,16 @@ frozen encoder. Same samples and test split as ``learning_curve.py``.
 
     python bench/contrastive_stage.py --datasets bbc sqlalchemy-docs --sizes 8 32 --modes none lora full
     python bench/contrastive_stage.py --datasets bbc composite --sizes 8 --modes lora --lr 3e-4
+    python bench/contrastive_stage.py --datasets bbc composite --sizes 8 --modes full --head-c 0.3 1 3 10
+
+``--head-c`` also scores the probe at other regularisation strengths on the same tuned features
+(SetFit's head is C = 1; the router's is ``NORMALIZED_C``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -42,9 +47,8 @@ def load(name: str) -> tuple[Any, dict[str, list[Any]]]:
     return ds, stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
 
 
-def run(name: str, size: int, mode: str, seed: int, lr: float | None = None, max_steps: int = 600) -> dict[str, Any]:
-    import contextlib
-
+def run(name: str, size: int, mode: str, seed: int, lr: float | None = None, max_steps: int = 600,
+        batch_size: int = 32, head_cs: tuple[float, ...] = ()) -> dict[str, Any]:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -71,16 +75,23 @@ def run(name: str, size: int, mode: str, seed: int, lr: float | None = None, max
                              target_modules=cfg.target_modules, normalize=cfg.normalize)
     steps = {}
     if mode != "none":
-        steps = contrastive_stage(model, tr.ids, tr.mask, tr.y, iterations=20, learning_rate=lr, batch_size=32,
+        steps = contrastive_stage(model, tr.ids, tr.mask, tr.y, iterations=20, learning_rate=lr, batch_size=batch_size,
                                   max_steps=max_steps, seed=seed, device="cpu", autocast=contextlib.nullcontext,
                                   weights=cfg.contrastive_weights)
     ftr = tuned_features(model, tr.ids, tr.mask, device="cpu")
     fte = tuned_features(model, te.ids, te.mask, device="cpu")
     probe = fit_probe(ftr, tr.y.numpy(), len(labels), seed=seed, normalize=cfg.normalize)
     pred = [labels[i] for i in probe.logits(fte).argmax(1)]
+    # the same features under the other regularisation strengths of the head (fit_probe's is NORMALIZED_C)
+    by_c = {}
+    for c in head_cs:
+        p = fit_probe(ftr, tr.y.numpy(), len(labels), seed=seed, normalize=cfg.normalize, C=c)
+        by_c[str(c)] = round(scores([q.scope for q in test], [labels[i] for i in p.logits(fte).argmax(1)],
+                                    labels)["macro_f1"], 4)
     return {"dataset": name, "size": size, "seed": seed, "mode": mode, "lr": lr, "max_steps": max_steps,
             "n_train": len(train), "steps": steps.get("contrastive_steps", 0),
-            **scores([q.scope for q in test], pred, labels), "train_s": round(time.perf_counter() - t0, 1)}
+            **scores([q.scope for q in test], pred, labels), "train_s": round(time.perf_counter() - t0, 1),
+            "batch_size": batch_size, **({"macro_f1_by_head_c": by_c} if by_c else {})}
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -93,10 +104,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     "as TrainConfig.stage_learning_rate)")
     ap.add_argument("--max-steps", type=int, default=600, help="cap on the stage's batches (the trainer's "
                     "contrastive_max_steps; 600 as the learning curve's SetFit)")
+    ap.add_argument("--batch-size", type=int, default=32, help="pairs per step (the trainer's "
+                    "contrastive_batch_size)")
+    ap.add_argument("--head-c", type=float, nargs="*", default=[], help="also score the head at these C")
     ap.add_argument("--out", type=Path, default=Path("bench/results/contrastive_stage.json"))
     args = ap.parse_args(argv)
     rows = json.loads(args.out.read_text()) if args.out.exists() else []
-    done = {(r["dataset"], r["size"], r["mode"], r["seed"], r.get("lr"), r.get("max_steps", 600)) for r in rows}
+    done = {(r["dataset"], r["size"], r["mode"], r["seed"], r.get("lr"), r.get("max_steps", 600),
+             r.get("batch_size", 32)) for r in rows}
     from masdr_router import TrainConfig
 
     default_lr = {"none": 0.0, **{m: TrainConfig(contrastive_weights=w).stage_learning_rate
@@ -104,18 +119,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for name in args.datasets:
         for size in args.sizes:
             for mode in args.modes:
-                if (name, size, mode, args.seed, args.lr or default_lr[mode], args.max_steps) in done:
+                if (name, size, mode, args.seed, args.lr or default_lr[mode], args.max_steps,
+                        args.batch_size) in done:
                     continue
-                rows.append(run(name, size, mode, args.seed, args.lr, args.max_steps))
+                rows.append(run(name, size, mode, args.seed, args.lr, args.max_steps, args.batch_size,
+                                tuple(args.head_c)))
                 print(json.dumps(rows[-1]), flush=True)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(rows, indent=2))
-    print("| set | per scope | mode | learning rate | steps (cap) | macro-F1 (accuracy) | seconds |\n"
-          "|---|---|---|---|---|---|---|")
+    print("| set | per scope | seed | mode | learning rate | steps (cap) | macro-F1 (accuracy) | head C: macro-F1 "
+          "| seconds |\n|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['dataset']} | {r['size']} | {r['mode']} | {r.get('lr', '')} "
+        by_c = ", ".join(f"{c}: {f:.3f}" for c, f in r.get("macro_f1_by_head_c", {}).items())
+        print(f"| {r['dataset']} | {r['size']} | {r['seed']} | {r['mode']} | {r.get('lr', '')} "
               f"| {r['steps']} ({r.get('max_steps', 600)}) "
-              f"| {r['macro_f1']:.3f} ({r['accuracy']:.3f}) "
+              f"| {r['macro_f1']:.3f} ({r['accuracy']:.3f}) | {by_c or '–'} "
               f"| {r['train_s']} |")
     return rows
 

@@ -67,11 +67,12 @@ def pooled_features(encoder: Any, tokenizer: Any, texts: Sequence[str], *, max_l
 
 
 def fit_probe(features: np.ndarray, labels: np.ndarray, n_labels: int, *, balanced: bool = True,
-              seed: int = 0, sample_weight: np.ndarray | None = None, normalize: bool = True) -> LinearProbe:
-    """Multinomial logistic regression: on the L2-normalised features with C = ``NORMALIZED_C``
-    (``normalize``), or on standardised features with C chosen by 3-fold cross-validation when
-    every class has 3 examples (else C = 1). A label with no example gets a zero row and a bias far
-    below the others, so the probe never predicts it.
+              seed: int = 0, sample_weight: np.ndarray | None = None, normalize: bool = True,
+              C: float | None = None) -> LinearProbe:
+    """Multinomial logistic regression: on the L2-normalised features with ``C`` (default
+    ``NORMALIZED_C``) when ``normalize``, or on standardised features with C chosen by 3-fold
+    cross-validation when every class has 3 examples (else C = 1). A label with no example gets a
+    zero row and a bias far below the others, so the probe never predicts it.
 
     >>> rng = np.random.default_rng(0)
     >>> x = np.concatenate([rng.normal(-1, 1, (20, 4)), rng.normal(1, 1, (20, 4))]); y = np.repeat([0, 2], 20)
@@ -99,9 +100,10 @@ def fit_probe(features: np.ndarray, labels: np.ndarray, n_labels: int, *, balanc
         if len(present) < 2:
             coef, intercept, c = np.zeros((1, features.shape[1])), np.zeros(1), 1.0
         elif normalize:
-            clf = LogisticRegression(C=NORMALIZED_C, class_weight=weight, max_iter=3000).fit(
-                z, labels, sample_weight=sample_weight)
-            coef, intercept, c = clf.coef_, clf.intercept_, NORMALIZED_C
+            c = NORMALIZED_C if C is None else C
+            clf = LogisticRegression(C=c, class_weight=weight, max_iter=3000).fit(z, labels,
+                                                                                  sample_weight=sample_weight)
+            coef, intercept = clf.coef_, clf.intercept_
         elif counts.min() >= 3:
             clf = LogisticRegressionCV(Cs=[0.01, 0.03, 0.1, 0.3, 1.0], cv=3, class_weight=weight, max_iter=2000,
                                        random_state=seed).fit(z, labels, sample_weight=sample_weight)
