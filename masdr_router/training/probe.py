@@ -81,6 +81,8 @@ def fit_probe(features: np.ndarray, labels: np.ndarray, n_labels: int, *, balanc
     (True, True)
     >>> bool((fit_probe(x, y, 3, normalize=False).logits(x).argmax(1) == y).mean() > 0.8)
     True
+    >>> bool(abs(fit_probe(x, y, 3, C=0.1).weight).max() < abs(fit_probe(x, y, 3, C=10.0).weight).max())
+    True
     """
     import warnings
 
