@@ -82,15 +82,15 @@ def run(name: str, size: int, mode: str, seed: int, lr: float | None = None, max
     fte = tuned_features(model, te.ids, te.mask, device="cpu")
     probe = fit_probe(ftr, tr.y.numpy(), len(labels), seed=seed, normalize=cfg.normalize)
     pred = [labels[i] for i in probe.logits(fte).argmax(1)]
+    gold = [q.scope for q in test]
     # the same features under the other regularisation strengths of the head (fit_probe's is NORMALIZED_C)
     by_c = {}
     for c in head_cs:
         p = fit_probe(ftr, tr.y.numpy(), len(labels), seed=seed, normalize=cfg.normalize, C=c)
-        by_c[str(c)] = round(scores([q.scope for q in test], [labels[i] for i in p.logits(fte).argmax(1)],
-                                    labels)["macro_f1"], 4)
+        by_c[str(c)] = round(scores(gold, [labels[i] for i in p.logits(fte).argmax(1)], labels)["macro_f1"], 4)
     return {"dataset": name, "size": size, "seed": seed, "mode": mode, "lr": lr, "max_steps": max_steps,
             "n_train": len(train), "steps": steps.get("contrastive_steps", 0),
-            **scores([q.scope for q in test], pred, labels), "train_s": round(time.perf_counter() - t0, 1),
+            **scores(gold, pred, labels), "train_s": round(time.perf_counter() - t0, 1),
             "batch_size": batch_size, **({"macro_f1_by_head_c": by_c} if by_c else {})}
 
 

@@ -47,7 +47,6 @@ def recipe_logits(cfg: Any, labels: list[str], path: str, tokenizer: Any, tr: An
                   alphas: list[float], budget: int) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """Every recipe's logits on each of ``evals``, trained on ``tr``: one stage, then each
     fine-tuning from a copy of it."""
-    import numpy as np
 
     from masdr_router.training.contrastive import tuned_features
     from masdr_router.training.probe import fit_probe
@@ -61,19 +60,10 @@ def recipe_logits(cfg: Any, labels: list[str], path: str, tokenizer: Any, tr: An
     info.update(stage_s=round(time.perf_counter() - t0, 1), stage=run.contrastive)
     out: dict[str, list[Any]] = {"probe": [probe.logits(e.features) for e in evals],
                                  "stage+probe": [run.predict_logits(e.ids, e.mask) for e in evals]}
-    from sklearn.linear_model import LogisticRegression
-
-    def unit(x: Any) -> Any:
-        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-
-    lr1 = LogisticRegression(max_iter=3000).fit(unit(tuned_features(run.unwrapped, tr.ids, tr.mask, device="cpu")),
-                                                tr.y.numpy())
-    full = np.full((1, len(labels)), -1e4, dtype=np.float32)  # a scope the sample lacks is never predicted
-    out["stage+lr1"] = []
-    for e in evals:
-        z = full.repeat(len(e.y), 0)
-        z[:, lr1.classes_] = lr1.decision_function(unit(tuned_features(run.unwrapped, e.ids, e.mask, device="cpu")))
-        out["stage+lr1"].append(z)
+    # SetFit's own head: logistic regression with C = 1, no class weights, on the unit-length tuned features
+    lr1 = fit_probe(tuned_features(run.unwrapped, tr.ids, tr.mask, device="cpu"), tr.y.numpy(), len(labels),
+                    balanced=False, normalize=True, C=1.0)
+    out["stage+lr1"] = [lr1.logits(tuned_features(run.unwrapped, e.ids, e.mask, device="cpu")) for e in evals]
     m = run.unwrapped
     head0 = (m.head.weight.detach().clone(), m.head.bias.detach().clone())
     start = copy.deepcopy(m.state_dict())
