@@ -47,7 +47,6 @@ def recipe_logits(cfg: Any, labels: list[str], path: str, tokenizer: Any, tr: An
                   alphas: list[float], budget: int) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """Every recipe's logits on each of ``evals``, trained on ``tr``: one stage, then each
     fine-tuning from a copy of it."""
-
     from masdr_router.training.contrastive import tuned_features
     from masdr_router.training.probe import fit_probe
     from masdr_router.training.trainer import FitState, build_run, fit_epochs, make_optimizer
