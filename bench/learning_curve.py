@@ -97,7 +97,7 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
                  "contrastive_steps": (sel.get("contrastive") or {}).get("contrastive_steps", 0),
                  "contrastive_weights": (sel.get("contrastive") or {}).get("contrastive_weights"),
                  # how the epochs were chosen (best / one_se / budget) and the WiSE-FT weight exported
-                 "epoch_rule": sel.get("epoch_rule"), "alpha": sel.get("alpha"), "fold_soup": sel.get("fold_soup"),
+                 "epoch_rule": sel.get("epoch_rule"), "alpha": sel.get("alpha"),
                  # the held-out curve the epoch count was chosen on
                  "held_out_by_epoch": {int(h["epoch"]): round(h.get("cv_macro_f1", h.get("val_macro_f1", 0.0)), 4)
                                        for h in res.history},
@@ -216,14 +216,13 @@ def seed_mean(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def model_name(row: dict[str, Any]) -> str:
     """What the default exported: ``lora@E`` (E epochs of classification fine-tuning; 0: the probe
-    on the contrastively tuned encoder; ``αA``: the weight-space ensemble with that probe at weight A;
-    ``soup``: the weight average of the fold models and the refit), ``probe`` or ``centroid``."""
+    on the contrastively tuned encoder; ``αA``: the weight-space ensemble with that probe at weight A),
+    ``probe`` or ``centroid``."""
     model = str(row.get("model", "?"))
     if model != "lora" or "best_epoch" not in row:
         return model
     alpha = row.get("alpha")
-    return (f"lora@{row['best_epoch']}" + (f" α{alpha:g}" if alpha is not None and alpha < 1 else "")
-            + (" soup" if row.get("fold_soup") else ""))
+    return f"lora@{row['best_epoch']}" + (f" α{alpha:g}" if alpha is not None and alpha < 1 else "")
 
 
 def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None:

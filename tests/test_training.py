@@ -336,14 +336,7 @@ def test_small_data_takes_the_cross_validated_path_and_refits_on_everything(bbc_
     assert "a contrastive stage (10 steps" in model_card(result.router, metrics, TrainConfig(**SMALL, keep_probe=False))
 
 
-@pytest.fixture(scope="module")
-def few_shot(bbc_queries):
-    """The default few-shot run (contrastive stage, whole budget, weight-space ensemble), no guard."""
-    tax, qs = bbc_queries
-    return train_router(tax, qs, None, TrainConfig(**SMALL, keep_probe=False))
-
-
-def test_few_shot_trains_the_whole_budget_and_exports_the_weight_space_ensemble(bbc_queries, few_shot):
+def test_few_shot_trains_the_whole_budget_and_exports_the_weight_space_ensemble(bbc_queries):
     """After a contrastive stage (few queries per scope) the out-of-fold scores of a few dozen queries
     choose epochs no better than chance, so by default nothing is chosen: the whole budget is trained and
     the export is the weight-space ensemble (alpha few_shot_alpha) with the strong probe it started from.
@@ -352,7 +345,7 @@ def test_few_shot_trains_the_whole_budget_and_exports_the_weight_space_ensemble(
 
     tax, qs = bbc_queries
     cfg = TrainConfig(**SMALL, keep_probe=False)
-    few = few_shot
+    few = train_router(tax, qs, None, cfg)
     sel = few.extra["selection"]
     assert sel["epoch_rule"] == "budget" and few.best_epoch == sel["epoch_budget"] == 3
     assert sel["alpha"] == 0.25 and sel["contrastive"]["contrastive_steps"] > 0
@@ -365,64 +358,6 @@ def test_few_shot_trains_the_whole_budget_and_exports_the_weight_space_ensemble(
     plenty = train_router(tax, qs, None, TrainConfig(**SMALL, keep_probe=False, contrastive_below=1))
     sel = plenty.extra["selection"]
     assert sel["epoch_rule"] == "best" and sel["alpha"] == 1.0 and not sel["contrastive"]
-
-
-def test_the_soup_averages_the_weights_the_models_compute_with():
-    """LoRA's update is B @ A, so adapters are merged before averaging: a soup of one model computes
-    exactly what the model computes, and a soup of two has the mean of their merged weights."""
-    import torch
-
-    from masdr_router.retrieval.embedder import resolve_encoder_path
-    from masdr_router.training.model import build_lora_model
-    from masdr_router.training.soup import effective_state, souped
-
-    path = resolve_encoder_path("minilm")
-    models = []
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        m = build_lora_model(path, 3, pooling="mean", head_dropout=0.1, lora_r=4, lora_alpha=8, lora_dropout=0.0,
-                             target_modules=["query", "value"]).eval()
-        with torch.no_grad():
-            for n, p in m.named_parameters():
-                if "lora_B" in n:
-                    p.normal_(0, 0.02)
-        models.append(m)
-    ids, mask = torch.tensor([[101, 7592, 2088, 102, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
-    one = souped(models[0], [effective_state(models[0])])
-    with torch.no_grad():
-        torch.testing.assert_close(one(ids, mask), models[0](ids, mask), atol=1e-5, rtol=1e-4)
-        assert not hasattr(one.encoder, "merge_and_unload") and not any(p.requires_grad for p in one.parameters())
-        a, b = (effective_state(m) for m in models)
-        name = "encoder.encoder.layer.0.attention.self.query.weight"
-        assert not torch.allclose(a[name], b[name])  # the adapters moved the merged weights apart
-        two = souped(models[0], [a, b]).state_dict()
-        torch.testing.assert_close(two[name], (a[name] + b[name]) / 2)
-        torch.testing.assert_close(two["head.weight"], (a["head.weight"] + b["head.weight"]) / 2)
-    with pytest.raises(ValueError, match="same weights"):
-        souped(models[0], [a, {k: v for k, v in b.items() if k != name}])
-
-
-def test_fold_soup_exports_the_average_of_the_fold_models_and_the_refit(bbc_queries, few_shot, tmp_path):
-    """fold_soup changes only what is exported in the few-shot case: the same folds and refit are
-    trained (so the same held-out scores calibrate it), and the exported model is their weight
-    average, a plain encoder that saves and loads like any other."""
-    from masdr_router.training.card import model_card
-
-    tax, qs = bbc_queries
-    refit = few_shot
-    soup = train_router(tax, qs, None, TrainConfig(**SMALL, keep_probe=False, fold_soup=True))
-    assert soup.extra["selection"]["fold_soup"] and not refit.extra["selection"]["fold_soup"]
-    assert soup.val_metrics["macro_f1"] == refit.val_metrics["macro_f1"]
-    assert soup.history == refit.history
-    texts = [q.query for q in qs]
-    assert np.abs(soup.router.logits(texts) - refit.router.logits(texts)).max() > 1e-2
-    metrics = {"calibration": soup.calibration, "history": soup.history, "train_seconds": 1.0,
-               "n_train": soup.n_train, "n_val": soup.n_val, "val": soup.val_metrics, **soup.extra}
-    assert "average of the 3 fold models and the refit" in model_card(soup.router, metrics, TrainConfig(**SMALL))
-    out = soup.router.save_pretrained(tmp_path / "soup")
-    assert not (out / "adapter").exists()
-    np.testing.assert_allclose(LoraRouter.from_pretrained(out).predict_proba(texts),
-                               soup.router.predict_proba(texts), atol=1e-5)
 
 
 def test_cross_validation_may_choose_the_tuned_encoder_without_fine_tuning(bbc_queries):

@@ -146,10 +146,8 @@ def selection_line(metrics: dict[str, Any]) -> str:
     alpha = sel.get("alpha")
     wise = (f", exported as the weight-space ensemble (WiSE-FT, alpha {alpha:g}) of the fine-tuned model and the "
             f"probe it started from" if alpha is not None and alpha < 1 else "")
-    soup = (f"; the exported weights are the average of the {sel.get('folds', '?')} fold models and the refit "
-            f"(model soup), each such a model" if sel.get("fold_soup") else "")
-    return (f"LoRA fine-tuned: {first}a probe-initialised head{wise}{soup}; {held} macro-F1 {_f(lora)} against the "
-            f"frozen probe's {_f(probe)}{within}")
+    return (f"LoRA fine-tuned: {first}a probe-initialised head{wise}; {held} macro-F1 {_f(lora)} against the frozen "
+            f"probe's {_f(probe)}{within}")
 
 
 def _threshold_line(router: LoraRouter, metrics: dict[str, Any]) -> str:

@@ -58,9 +58,6 @@ class TrainConfig(ConfigBase):
                 "null: few_shot_alpha after a contrastive stage (whose probe is a strong model), else 1"})
     few_shot_alpha: float = field(default=0.25, metadata={
         "help": "finetune_alpha when it is null and the contrastive stage ran"})
-    fold_soup: bool = field(default=False, metadata={
-        "help": "when cv trains the whole epoch budget (the few-shot case), export the uniform weight average "
-                "(model soup) of the fold models and the refit instead of the refit alone"})
     keep_probe: bool = field(default=True, metadata={
         "help": "export a frozen-encoder head instead when it scores better on validation (recorded in the card)"})
     guard_margin_se: float = field(default=1.0, metadata={

@@ -779,9 +779,6 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     # fold by fold: a fold's stage never sees its held-out queries
     contrastive = use_contrastive(cfg, "cv", len(train) / len(labels))
     counts = range(0 if contrastive and cfg.head_init == "probe" else 1, epochs + 1)  # the candidate epoch counts
-    rule = cfg.epoch_choice(contrastive)
-    # the folds' models are the refit's recipe at the refit's epoch count only when cv chooses nothing
-    soup_states: list[dict[str, torch.Tensor]] | None = [] if cfg.fold_soup and rule == "budget" else None
     # Every fold trains the whole budget: stopping on a few dozen held-out queries picks noise (a
     # first fold stopped at its own plateau chose 5 epochs where 12 were right, BBC at 8 per scope).
     for i, val_rows in enumerate(folds):
@@ -804,15 +801,11 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
             oof[e + 1, val_rows] = logits
         fold_rows.append([macro_f1(va.y.numpy(), oof[0, val_rows].argmax(1), len(labels))] * (counts[0] == 0)
                          + [h["val_macro_f1"] for h in state.history])
-        if soup_states is not None:
-            from .soup import effective_state
-
-            run.finish()
-            soup_states.append(effective_state(run.unwrapped))
     cv_f1 = {e: macro_f1(true, oof[e].argmax(1), len(labels)) for e in counts}
     cv_acc = {e: float((oof[e].argmax(1) == true).mean()) for e in counts}
     best = max(counts, key=lambda e: (cv_f1[e], -e))  # the fewest epochs among equal scores
     choice: dict[str, float] = {}
+    rule = cfg.epoch_choice(contrastive)
     if rule == "budget":  # no choice: with a few dozen held-out queries it is mostly noise
         best = epochs
     elif rule == "one_se":
@@ -852,11 +845,6 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
             row["train_loss"] = fitted_row["train_loss"]
         run.finish()
         model = run.unwrapped
-        if soup_states is not None:
-            from .soup import effective_state, souped
-
-            model = souped(model, [*soup_states, effective_state(model)])
-            log.info("exporting the weight average of %d fold models and the refit", len(soup_states))
         logits = oof[best]
     calibration = calibrate(cfg, logits, true)
     pred = logits.argmax(1)
@@ -865,7 +853,6 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
                    "held_out": f"{cfg.cv_folds}-fold out-of-fold predictions"}
     selection = {"model": chosen, "lora_cv_macro_f1": cv_f1[best], "cv_epochs": best, "epoch_rule": rule,
                  "cv_choice": choice, "alpha": run.alpha if run is not None else None,
-                 "fold_soup": soup_states is not None and chosen == "lora",
                  "guard": guard, "guard_margin_se": cfg.guard_margin_se,
                  "guard_heads": cfg.frozen_heads if cfg.keep_probe else [],
                  **{f"{k}_cv_macro_f1": v for k, v in frozen_f1.items()}, "probe_C": final_probe.C,
