@@ -94,6 +94,27 @@ def test_below_threshold_the_router_abstains_or_offers_top2(trained):
     assert r.decide(probs).scope == "business"
 
 
+def test_holdout_trains_the_whole_budget_and_exports_the_last_epoch_unless_told_best(bbc_queries):
+    tax, qs = bbc_queries
+    # patience 1 would stop 'best' at the first epoch without a validation gain; 'last' ignores it
+    last = train_router(tax, qs, None, TrainConfig(**{**FAST, "epochs": 4, "early_stopping_patience": 1}))
+    assert [h["epoch"] for h in last.history] == [1, 2, 3, 4] and last.best_epoch == 4
+    assert last.val_metrics["macro_f1"] == pytest.approx(last.history[-1]["val_macro_f1"])
+    sel = last.extra["selection"]
+    assert sel["holdout_choice"] == "last" and sel["epoch_budget"] == 4
+    assert last.val_metrics["best_val_epoch"] == 1 + int(np.argmax([h["val_macro_f1"] for h in last.history]))
+    best = train_router(tax, qs, None, TrainConfig(**{**FAST, "epochs": 4, "holdout_choice": "best",
+                                                     "early_stopping_patience": 10}))
+    f1 = [h["val_macro_f1"] for h in best.history]
+    assert f1 == pytest.approx([h["val_macro_f1"] for h in last.history])  # the same training, epoch by epoch
+    assert best.best_epoch == 1 + int(np.argmax(f1)) and best.val_metrics["macro_f1"] == pytest.approx(max(f1))
+    from masdr_router.training.card import regime_line
+
+    metrics = {"regime": "holdout", "n_val": last.n_val, "val": last.val_metrics, **last.extra}
+    assert "whole epoch budget (4) and exported the last epoch" in regime_line(metrics)
+    assert "best epoch" in regime_line({**metrics, "val": best.val_metrics, **best.extra})
+
+
 def test_resume_after_interruption_matches_an_uninterrupted_run(bbc_queries, tmp_path):
     tax, qs = bbc_queries
     cfg = TrainConfig(**{**FAST, "epochs": 3, "early_stopping_patience": 10})

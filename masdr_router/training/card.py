@@ -109,6 +109,10 @@ def regime_line(metrics: dict[str, Any]) -> str:
         return (f"{sel.get('folds', '?')}-fold cross-validation chose {epochs} epochs "
                 f"(of {sel.get('epoch_budget', '?')}), then the model was refit on all queries "
                 f"({metrics.get('regime_reason', '')})")
+    if sel.get("holdout_choice", "best") == "last":
+        return (f"trained the whole epoch budget ({sel.get('epoch_budget', '?')}) and exported the last epoch; "
+                f"a validation split of {metrics['n_val']} queries chose the model and calibrated it "
+                f"({metrics.get('regime_reason', 'holdout')})")
     return (f"early-stopped on a validation split of {metrics['n_val']} queries, best epoch "
             f"{metrics['val']['best_epoch']} ({metrics.get('regime_reason', 'holdout')})")
 

@@ -34,9 +34,9 @@ class TrainConfig(ConfigBase):
     head_dropout: float = 0.1
     # regime: how the data is used
     regime: Literal["auto", "holdout", "cv"] = field(default="auto", metadata={
-        "help": "'holdout': early-stop on a validation split; 'cv': choose the epoch count by k-fold "
-                "cross-validation, then refit on all the data; 'auto': cv below cv_below training queries "
-                "when no validation file is given, else holdout"})
+        "help": "'holdout': train on all but a validation split (see holdout_choice); 'cv': choose the epoch "
+                "count by k-fold cross-validation, then refit on all the data; 'auto': cv below cv_below "
+                "training queries when no validation file is given, else holdout"})
     cv_folds: int = field(default=3, metadata={"help": "folds for the cv regime"})
     cv_below: int = field(default=1000, metadata={"help": "auto uses cv below this many training queries"})
     cv_choice: Literal["auto", "best", "one_se", "budget"] = field(default="auto", metadata={
@@ -103,7 +103,13 @@ class TrainConfig(ConfigBase):
     class_weighting: Literal["balanced", "none"] = field(default="balanced", metadata={
         "help": "'balanced' or 'none'"})
     label_smoothing: float = 0.0
-    early_stopping_patience: int = field(default=3, metadata={"help": "epochs without val macro-F1 gain"})
+    holdout_choice: Literal["last", "best"] = field(default="last", metadata={
+        "help": "which epoch the holdout regime exports: 'last', the whole epoch budget, its learning rate decayed "
+                "to zero (the validation split then only chooses between LoRA and the frozen heads, and "
+                "calibrates); 'best', the best validation macro-F1, stopping after early_stopping_patience epochs "
+                "without gain"})
+    early_stopping_patience: int = field(default=3, metadata={
+        "help": "with holdout_choice: best, stop after this many epochs without val macro-F1 gain"})
     val_fraction: float = field(default=0.15, metadata={"help": "held out of train when no val file"})
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = field(default="auto", metadata={
