@@ -1,0 +1,133 @@
+"""Which epoch should the holdout regime export? Validation and test curves of one training.
+
+With 1,000 labelled queries or more (and no validation file) ``masdr train`` holds out 15 % and
+trains the rest. This trains that run exactly as the trainer does (same split, probe head start,
+schedule) for the whole epoch budget and scores the validation split *and* the test queries after
+every epoch, then reports the test macro-F1 of the epoch each rule would export:
+
+- ``early stop``: the best validation epoch, stopping after ``early_stopping_patience`` (3) epochs
+  without a gain (``holdout_choice: best``, the earlier default);
+- ``best val``: the best validation epoch of the whole budget;
+- ``last``: the last epoch, the learning rate decayed to zero (``holdout_choice: last``);
+- ``late mean``: the mean test score of the last half of the epochs (what a rule choosing among
+  them at random would expect);
+- ``avg3``: the uniform average of the last three epochs' trainable weights (adapters and head).
+
+The test queries are read only to compare the rules, never to choose. Same data sets, pool and
+test split as ``learning_curve.py`` with ``--sizes all``.
+
+    python bench/holdout_epochs.py --datasets bbc composite django-docs sqlalchemy-docs
+    python bench/holdout_epochs.py --datasets 20ng --max-docs-per-scope 100 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+RULES = ("early stop", "best val", "last", "late mean", "avg3")
+
+
+def curves(name: str, seed: int, max_docs_per_scope: int | None) -> dict[str, Any]:
+    """Per-epoch validation and test macro-F1 of the holdout run on all of ``name``'s pool."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from masdr_router import TrainConfig
+    from masdr_router.datasets import load_dataset
+    from masdr_router.datasets.splits import stratified_split
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+    from masdr_router.training import trainer as T
+    from masdr_router.training.model import load_trainable_state, trainable_state
+    from masdr_router.training.probe import fit_probe
+
+    ds = load_dataset(name, max_docs_per_scope=max_docs_per_scope, seed=0)
+    split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
+    pool, test = split["train"] + split["val"], split["test"]
+    cfg = TrainConfig.from_dict({**TrainConfig().to_dict(), "progress": False, "seed": seed, "device": "cpu"})
+    labels = ds.taxonomy.names
+    with T.run_scope(cfg, "cpu"):
+        base = resolve_encoder_path(cfg.base_model)
+        tok, frozen = AutoTokenizer.from_pretrained(base), AutoModel.from_pretrained(base).eval()
+        tr_q, va_q = T.prepare_splits(pool, None, cfg)
+        tr, va, te = (T.encode(cfg, labels, q, tok, frozen) for q in (tr_q, va_q, test))
+        probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
+                          seed=cfg.seed, sample_weight=tr.weight.numpy(), normalize=cfg.normalize)
+        epochs = T.epoch_budget(cfg, len(tr_q))
+        run = T.build_run(cfg, labels, base, tok, tr, va, key="holdout-epochs", epochs=epochs, head_init=probe)
+
+        def f1(enc: Any) -> float:
+            return round(T.macro_f1(enc.y.numpy(), run.predict_logits(enc.ids, enc.mask).argmax(1), len(labels)), 4)
+
+        states: list[dict[str, Any]] = []
+        rows = []
+        for e in range(epochs):
+            T.train_one_epoch(run, e)
+            states.append(trainable_state(run.unwrapped))
+            row = {"epoch": e + 1, "val": f1(va), "test": f1(te)}
+            if e >= 2:
+                load_trainable_state(run.unwrapped, {k: sum(s[k] for s in states[-3:]) / 3 for k in states[-1]})
+                row.update(avg3_val=f1(va), avg3_test=f1(te))
+                load_trainable_state(run.unwrapped, states[-1])
+            rows.append(row)
+            print(json.dumps({"dataset": name, "seed": seed, **row}), flush=True)
+    return {"dataset": name, "seed": seed, "n_train": len(tr_q), "n_val": len(va_q), "n_test": len(test),
+            "epochs": rows, "rules": rules(rows, cfg.early_stopping_patience)}
+
+
+def rules(rows: list[dict[str, Any]], patience: int) -> dict[str, Any]:
+    """Each rule's exported epoch and its test macro-F1."""
+    val, test = [r["val"] for r in rows], [r["test"] for r in rows]
+    best, stop_best, bad = -1.0, 0, 0
+    for i, v in enumerate(val):  # the trainer's early stopping: strict gains, patience epochs without
+        if v > best + 1e-6:
+            best, stop_best, bad = v, i, 0
+        else:
+            bad += 1
+            if bad >= patience:
+                break
+    full_best = max(range(len(val)), key=lambda i: (val[i], -i))
+    late = test[len(test) // 2:]
+    return {"early stop": {"epoch": stop_best + 1, "test": test[stop_best]},
+            "best val": {"epoch": full_best + 1, "test": test[full_best]},
+            "last": {"epoch": len(test), "test": test[-1]},
+            "late mean": {"epoch": None, "test": round(sum(late) / len(late), 4)},
+            "avg3": {"epoch": len(test), "test": rows[-1].get("avg3_test")}}
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = ["| set | seed | n train / val | " + " | ".join(RULES) + " |", "|---" * (len(RULES) + 3) + "|"]
+    for r in results:
+        cells = []
+        for rule in RULES:
+            c = r["rules"][rule]
+            cells.append(f"{c['test']:.3f}" + (f" (@{c['epoch']})" if rule in ("early stop", "best val") else ""))
+        lines.append(f"| {r['dataset']} | {r['seed']} | {r['n_train']} / {r['n_val']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=["bbc", "composite"])
+    ap.add_argument("--seed", type=int, default=0, help="TrainConfig.seed: the validation split and the init")
+    ap.add_argument("--max-docs-per-scope", type=int, default=None, help="subsample the data sets (e.g. 20ng)")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/holdout_epochs.json"))
+    args = ap.parse_args(argv)
+    done = json.loads(args.out.read_text()) if args.out.exists() else []  # resume: keep finished sets
+    for name in args.datasets:
+        if any(r["dataset"] == name and r["seed"] == args.seed for r in done):
+            continue
+        done.append(curves(name, args.seed, args.max_docs_per_scope))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(done, indent=1))
+    print(table(done))
+    return done
+
+
+if __name__ == "__main__":
+    main()
