@@ -116,8 +116,12 @@ def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k
     fit = fit_retrieval_thresholds(index, held, probs, search=search, k=k)
     fit_s = time.perf_counter() - t0
     systems = compare_thresholds(index, router, cls_threshold, fit, split["test"], search, k)
+    from masdr_router import evaluate_router
+
+    top1 = evaluate_router(router, split["test"])  # the regimes' classification quality, next to retrieval
     return {"k": k, "n_test": len(split["test"]), "n_held_out": len(held), "per_scope": per_scope,
             "regime": regime, "train_s": round(train_s, 1), "fit_s": round(fit_s, 1),
+            "top1_macro_f1": top1["top1_macro_f1"], "top1_accuracy": top1["top1_accuracy"],
             "thresholds": {"classification": cls_threshold, "retrieval": fit["router"]["threshold"],
                            "vote": fit["vote"]["threshold"], "vote_beta": fit["vote"]["beta"]},
             "systems": systems}

@@ -415,6 +415,10 @@ def test_auto_regime_holds_out_when_a_validation_file_is_given_or_data_is_plenti
     assert choose_regime(cfg, 595, has_val=True)[0] == "holdout"
     assert choose_regime(cfg, 1441, has_val=False)[0] == "holdout"
     assert choose_regime(TrainConfig(regime="cv"), 5000, has_val=True)[0] == "cv"
+    # thresholds for retrieval want out-of-fold predictions on every query, whatever the size
+    assert choose_regime(cfg, 1441, has_val=False, for_retrieval=True)[0] == "cv"
+    assert choose_regime(cfg, 1441, has_val=True, for_retrieval=True)[0] == "holdout"
+    assert choose_regime(TrainConfig(regime="holdout"), 1441, has_val=False, for_retrieval=True)[0] == "holdout"
     tax, qs = bbc_queries
     result = train_router(tax, qs[:40], qs[40:], TrainConfig(**SMALL))
     assert result.extra["regime"] == "holdout" and (result.n_train, result.n_val) == (40, len(qs) - 40)
@@ -692,6 +696,26 @@ def test_thresholds_for_retrieval_keep_recall_at_global_and_are_stored(bbc_small
     voted = build_router(f"{tmp_path / 'router'}+vote", index=bbc_index)
     assert (voted.threshold, voted.beta) == (pytest.approx(fit["vote"]["threshold"]), fit["vote"]["beta"])
     assert "chosen for retrieval" in (tmp_path / "router" / "README.md").read_text()
+
+
+def test_with_an_index_and_no_validation_file_thresholds_are_fitted_out_of_fold(bbc_small_dir, bbc_index_dir,
+                                                                                 tmp_path):
+    """Above cv_below the automatic regime holds out a validation split -- unless the thresholds are
+    to be chosen for retrieval: then every query gets an out-of-fold prediction to fit them on."""
+    from masdr_router import SearchConfig
+    from masdr_router.training.run import run_training
+
+    cfg = TrainConfig(**{**FAST, "regime": "auto", "cv_below": 10, "cv_folds": 2, "contrastive": "off"})
+    common = {"taxonomy": bbc_small_dir / "taxonomy.yaml", "train": bbc_small_dir / "train.jsonl", "cfg": cfg}
+    n_train = len((bbc_small_dir / "train.jsonl").read_text().splitlines())
+    plain = run_training(**common, out=tmp_path / "plain")
+    assert plain["regime"] == "holdout"
+    fitted = run_training(**common, out=tmp_path / "fitted", index=bbc_index_dir,
+                          search=SearchConfig(global_head=1, global_in_scope=True))
+    assert fitted["regime"] == "cv"
+    assert fitted["retrieval_thresholds"]["n_queries"] == n_train  # all of them, not a carve-out
+    assert LoraRouter.from_pretrained(tmp_path / "fitted").threshold == pytest.approx(
+        fitted["retrieval_thresholds"]["router"]["threshold"])
 
 
 def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_path):

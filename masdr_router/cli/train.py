@@ -34,7 +34,8 @@ def train(
                                                              "(configs/synth/default.yaml)")] = None,
     index: Annotated[Path | None, typer.Option(
         help="the index the router will search: its threshold (and its +vote threshold and weight) are then "
-             "chosen for retrieval on held-out queries with relevant_ids (highest P@10 with R@10 >= global)")]
+             "chosen for retrieval on held-out queries with relevant_ids (highest P@10 with R@10 >= global); "
+             "without --val, on out-of-fold predictions of every training query (the cv regime)")]
     = None,
     search_cfg: SearchConfigFile = None,
     mode: Mode = None,

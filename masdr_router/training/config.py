@@ -35,8 +35,9 @@ class TrainConfig(ConfigBase):
     # regime: how the data is used
     regime: Literal["auto", "holdout", "cv"] = field(default="auto", metadata={
         "help": "'holdout': train on all but a validation split (see holdout_choice); 'cv': choose the epoch "
-                "count by k-fold cross-validation, then refit on all the data; 'auto': cv below cv_below "
-                "training queries when no validation file is given, else holdout"})
+                "count by k-fold cross-validation, then refit on all the data; 'auto': without a validation file, cv "
+                "below cv_below training queries or when the thresholds are chosen for retrieval (--index), "
+                "else holdout"})
     cv_folds: int = field(default=3, metadata={"help": "folds for the cv regime"})
     cv_below: int = field(default=1000, metadata={"help": "auto uses cv below this many training queries"})
     cv_choice: Literal["auto", "best", "one_se", "budget"] = field(default="auto", metadata={

@@ -86,7 +86,7 @@ def run_training(*, taxonomy: str | Path, train: str | Path | None, out: str | P
         pseudo, corpus_info = corpus_queries(tax, corpus, [*(val_q or []), *(test_q or [])], synth)
         corpus_info["weight"] = cfg.corpus_weight if train_q else 1.0
     ckpt = checkpoint_dir_for(out)
-    result = train_router(tax, train_q, val_q, cfg, pseudo=pseudo, checkpoint_dir=ckpt)
+    result = train_router(tax, train_q, val_q, cfg, pseudo=pseudo, checkpoint_dir=ckpt, for_retrieval=idx is not None)
     if int(os.environ.get("RANK", "0")) != 0:  # under `accelerate launch`, one process exports
         return {}
     thresholds = choose_retrieval_thresholds(result, idx, search) if idx is not None else {}

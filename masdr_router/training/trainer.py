@@ -123,12 +123,23 @@ def check_labels(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
         log.warning("no training queries for scope(s) %s: the router will never predict them", unseen)
 
 
-def choose_regime(cfg: TrainConfig, n_train: int, has_val: bool) -> tuple[str, str]:
-    """``(regime, why)``."""
+def choose_regime(cfg: TrainConfig, n_train: int, has_val: bool, *, for_retrieval: bool = False) -> tuple[str, str]:
+    """``(regime, why)``. ``for_retrieval``: the thresholds will be chosen for retrieval (an index
+    was given), which needs held-out predictions on as many queries as possible.
+
+    >>> choose_regime(TrainConfig(), 1441, has_val=False, for_retrieval=True)[0]
+    'cv'
+    """
     if cfg.regime != "auto":
         return cfg.regime, "set in the config"
     if has_val:
         return "holdout", "a validation file was given"
+    if for_retrieval:
+        # A threshold fitted on a validation split of 150-250 queries follows the noise of R@10 there: on
+        # the test queries it lost recall to global search on SQLAlchemy docs (-0.016, +vote -0.032) and
+        # Django (+vote -0.037); fitted on out-of-fold predictions of every query it did not
+        # (bench/new_taxonomy.py --parts retrieval-cv, README). Costs 3-10x the training time.
+        return "cv", f"thresholds for retrieval are fitted on out-of-fold predictions of all {n_train} queries"
     if n_train < cfg.cv_below:
         return "cv", f"{n_train} training queries < cv_below={cfg.cv_below}"
     return "holdout", f"{n_train} training queries >= cv_below={cfg.cv_below}"
@@ -578,14 +589,16 @@ class Fitted:
 
 def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequence[LabelledQuery] | None = None,
                  cfg: TrainConfig | None = None, *, pseudo: Sequence[LabelledQuery] = (),
-                 checkpoint_dir: str | Path | None = None, on_epoch_end: EpochCallback | None = None) -> TrainResult:
+                 checkpoint_dir: str | Path | None = None, on_epoch_end: EpochCallback | None = None,
+                 for_retrieval: bool = False) -> TrainResult:
     """Train, choose the model, calibrate; return a :class:`LoraRouter` ready to save.
 
     ``pseudo``: extra training queries made from the corpus (``masdr synth-queries``), trained on
     at ``cfg.corpus_weight`` each and never held out, so every held-out score is on real queries.
     With no labelled ``train`` queries they are all there is (cold start): then they are split and
     held out like labelled ones. ``on_epoch_end`` is called after each epoch's checkpoint is written
-    (raise in it to stop).
+    (raise in it to stop). ``for_retrieval``: the thresholds will be fitted for retrieval on the
+    held-out predictions, so with no ``val`` the automatic regime is the cross-validated one.
 
     >>> result = train_router(tax, read_queries("train.jsonl", tax))        # doctest: +SKIP
     >>> result.router.save_pretrained("checkpoints/my-router")              # doctest: +SKIP
@@ -605,7 +618,7 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
     if not train:  # cold start: the corpus' pseudo-queries are the only training data
         log.warning("no labelled training queries: training on %d pseudo-queries alone (cold start)", len(pseudo))
         train, pseudo = pseudo, []
-    regime, why = choose_regime(cfg, len(train), bool(val))
+    regime, why = choose_regime(cfg, len(train), bool(val), for_retrieval=for_retrieval)
     log.info("training regime: %s (%s)", regime, why)
     ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
     device, mixed_precision = resolve_precision(cfg)
