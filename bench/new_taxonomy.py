@@ -90,7 +90,7 @@ def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k
     fitted on the out-of-fold predictions, exactly as `masdr train --index` does without --val.
     With ``pooled``: every train+val query, the cross-validated regime forced (``regime: cv``), so
     the thresholds are fitted on out-of-fold predictions for all of them, not on the val split."""
-    from masdr_router import SearchConfig
+    from masdr_router import SearchConfig, evaluate_router
     from masdr_router.routers.lora import LoraRouter
     from masdr_router.training.thresholds import fit_retrieval_thresholds
     from masdr_router.training.trainer import train_router
@@ -116,8 +116,6 @@ def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k
     fit = fit_retrieval_thresholds(index, held, probs, search=search, k=k)
     fit_s = time.perf_counter() - t0
     systems = compare_thresholds(index, router, cls_threshold, fit, split["test"], search, k)
-    from masdr_router import evaluate_router
-
     top1 = evaluate_router(router, split["test"])  # the regimes' classification quality, next to retrieval
     return {"k": k, "n_test": len(split["test"]), "n_held_out": len(held), "per_scope": per_scope,
             "regime": regime, "train_s": round(train_s, 1), "fit_s": round(fit_s, 1),
