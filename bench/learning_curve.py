@@ -18,6 +18,13 @@ Systems:
 
     python bench/learning_curve.py --datasets bbc composite --sizes 8 16 32 64 all [--systems ...]
     python bench/learning_curve.py --report a.json b.json   # merge runs (sample seeds averaged) into one table
+    python bench/learning_curve.py --data-root runs/data --datasets mine   # a prepared set: runs/data/mine/
+
+``--data-root DIR`` reads each set from ``DIR/NAME/`` as `masdr data prepare` writes it (taxonomy.yaml,
+train/val/test.jsonl: train+val is the pool, test the test split) instead of fetching it: your own
+taxonomy, or a machine with no registry access (``bench/device_pack.py`` prepares such a folder for the
+GPU machine). For the built-in sets, ``masdr data prepare NAME`` with the default seed writes exactly
+the split this script would draw.
 
 The report also shows ``+centroid``: what the default would score if its guard could also export the
 nearest-centroid head (``frozen_heads: [probe, centroid]``). It is exact, not an estimate: the run
@@ -156,6 +163,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-docs-per-scope", type=int, default=None, help="subsample the data sets (e.g. 20ng)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="TrainConfig override")
+    ap.add_argument("--data-root", type=Path, default=None,
+                    help="read each set from DATA_ROOT/NAME/ (a prepared data set) instead of fetching it")
     ap.add_argument("--out", type=Path, default=Path("bench/results/learning_curve.json"))
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="only merge these results (several sample seeds are averaged) into a markdown table")
@@ -166,21 +175,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(markdown_table(rows))
         return {"results": rows}
 
+    import torch
+
     from masdr_router import Embedder
-    from masdr_router.datasets import load_dataset
-    from masdr_router.datasets.splits import stratified_split
     from masdr_router.training.run import parse_overrides
 
     report: dict[str, Any] = {"seed": args.seed, "machine": platform.platform(), "cpus": os.cpu_count(),
+                              "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                               "overrides": args.set, "results": []}
     if args.out.exists():  # resume: keep finished cells
-        report["results"] = json.loads(args.out.read_text()).get("results", [])
+        # a failed system is tried again
+        report["results"] = [r for r in json.loads(args.out.read_text()).get("results", []) if "error" not in r]
     done = {(r["dataset"], r["size"], r["system"]) for r in report["results"]}
     emb = Embedder("minilm", device="cpu", max_length=64)
     for name in args.datasets:
-        ds = load_dataset(name, max_docs_per_scope=args.max_docs_per_scope, seed=0)
-        split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
-        pool, test = split["train"] + split["val"], split["test"]
+        taxonomy, pool, test = load_pool(name, args)
         ctx = {"embedder": emb, "test_embeddings": emb.encode([q.query for q in test], batch_size=64),
                "overrides": parse_overrides(args.set)}
         for size in args.sizes:
@@ -189,14 +198,37 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for system in args.systems:
                 if (name, size, system) in done:
                     continue
+                try:
+                    result = run_system(system, taxonomy, train, test, ctx)
+                except Exception as e:  # one failing system (e.g. a missing package) must not lose the other cells
+                    result = {"error": f"{type(e).__name__}: {e}"[:500]}
                 row = {"dataset": name, "size": size, "seed": args.seed, "n_train": len(train), "n_test": len(test),
-                       "system": system, **run_system(system, ds.taxonomy, train, test, ctx)}
+                       "system": system, **result}
                 print(json.dumps(row), flush=True)
                 report["results"].append(row)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(report, indent=2))
+                tmp = args.out.with_suffix(".tmp")  # a killed run keeps the cells it finished
+                tmp.write_text(json.dumps(report, indent=2))
+                tmp.replace(args.out)
     print(markdown_table(report["results"]))
     return report
+
+
+def load_pool(name: str, args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
+    """``(taxonomy, labelled pool, test queries)`` of one set: fetched, or read from ``--data-root``."""
+    from masdr_router.data import read_queries
+    from masdr_router.datasets import load_dataset
+    from masdr_router.datasets.splits import stratified_split
+    from masdr_router.taxonomy import Taxonomy
+
+    if args.data_root is not None:
+        d = args.data_root / name
+        taxonomy = Taxonomy.from_yaml(d / "taxonomy.yaml")
+        pool = read_queries(d / "train.jsonl", taxonomy) + read_queries(d / "val.jsonl", taxonomy)
+        return taxonomy, pool, read_queries(d / "test.jsonl", taxonomy)
+    ds = load_dataset(name, max_docs_per_scope=args.max_docs_per_scope, seed=0)
+    split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
+    return ds.taxonomy, split["train"] + split["val"], split["test"]
 
 
 def merge(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -243,6 +275,8 @@ def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None
 def markdown_table(results: list[dict[str, Any]]) -> str:
     by_seed: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for r in results:
+        if "error" in r:
+            continue
         by_seed.setdefault((r["dataset"], r["size"]), {}).setdefault(r.get("seed", 0), {})[r["system"]] = r
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     for key, seeds in by_seed.items():

