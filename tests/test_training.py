@@ -310,6 +310,20 @@ def test_a_run_leaves_the_process_as_it_found_it(bbc_queries):
             list(warnings.filters)) == before
 
 
+def test_each_run_trains_with_its_own_precision_whatever_accelerator_came_before(bbc_queries):
+    """SetFit, the transformers Trainer or an earlier run leave accelerate's process-wide state behind;
+    a run still gets the device and precision it asks for instead of raising or inheriting them."""
+    from accelerate import Accelerator
+
+    tax, qs = bbc_queries
+    Accelerator(cpu=True, mixed_precision="bf16")  # what another library in this process left
+    used = []
+    for precision in ("auto", "bf16"):  # "auto" is fp32 on a CPU
+        run, moved = _one_epoch(TrainConfig(**{**FAST, "device": "cpu", "mixed_precision": precision}), tax, qs[:16])
+        used.append((run.accelerator.mixed_precision, moved > 0))
+    assert used == [("no", True), ("bf16", True)]
+
+
 # ---- regimes, LP-FT and the probe guard ------------------------------------------------------------
 # a short contrastive stage: the regime tests check that it runs where it should, not what it learns
 SMALL = {"batch_size": 16, "max_length": 32, "progress": False, "epochs": 3, "min_steps": 0, "max_epochs": 3,

@@ -331,6 +331,24 @@ def use_contrastive(cfg: TrainConfig, regime: str, per_scope: float) -> bool:
                                        and per_scope < cfg.contrastive_below)
 
 
+def release_accelerator_state() -> None:
+    """Forget the process-wide state an earlier ``Accelerator`` left behind (ours, or another
+    library's: SetFit and the transformers Trainer create one too).
+
+    Accelerate keeps device and precision in singletons, so without this a second run in one process
+    either raises (bf16 asked after fp32: "AcceleratorState has already been initialized") or, worse,
+    silently trains on the first run's device (CUDA asked after a CPU run). Under a distributed launch
+    the process group belongs to the launcher, so only the precision part is reset there.
+
+    >>> release_accelerator_state()  # harmless when nothing was initialised
+    """
+    from accelerate.state import AcceleratorState, DistributedType, PartialState
+
+    partial = PartialState._shared_state
+    distributed = bool(partial) and partial.get("distributed_type", DistributedType.NO) != DistributedType.NO
+    AcceleratorState._reset_state(reset_partial_state=not distributed)
+
+
 def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: Any, train: Encoded,
               val: Encoded | None, *, key: str, epochs: int, head_init: LinearProbe | None = None,
               contrastive: bool = False) -> Run:
@@ -344,6 +362,7 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
     from .model import build_lora_model
 
     device, mp = resolve_precision(cfg)
+    release_accelerator_state()
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision=mp,
                               gradient_accumulation_steps=cfg.grad_accumulation_steps)
     model = build_lora_model(base_path, len(labels), pooling=cfg.pooling, head_dropout=cfg.head_dropout,
