@@ -84,7 +84,7 @@ def labelled_router(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any,
 
 
 def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k: int,
-                   per_scope: int | None = None, pooled: bool = False) -> dict[str, Any]:
+                   per_scope: int | None = None, pooled: bool = False, suffix: str = "") -> dict[str, Any]:
     """With ``per_scope``: the small-data case a new agency starts in -- that many labelled queries
     per scope from train+val, no validation file (so the cross-validated regime), the thresholds
     fitted on the out-of-fold predictions, exactly as `masdr train --index` does without --val.
@@ -98,8 +98,9 @@ def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k
     index = get_index(ds, work)
     search = SearchConfig(global_head=1, global_in_scope=True)
     t0 = time.perf_counter()
+    chosen: dict[str, Any] = {}
     if per_scope is None and not pooled:
-        path, info, train_s = labelled_router(ds, split, work, cfg)
+        path, info, train_s = labelled_router(ds, split, work, cfg, suffix)
         router = LoraRouter.from_pretrained(path, taxonomy=ds.taxonomy)
         held, cls_threshold = split["val"], info["classification_threshold"]
         probs = router.predict_proba([q.query for q in held])
@@ -112,13 +113,16 @@ def part_retrieval(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any, k
         train_s = time.perf_counter() - t0
         router, (held, probs) = res.router, res.held_out
         cls_threshold, regime = router.threshold, res.extra["regime"]
+        sel = res.extra.get("selection", {})
+        chosen = {"model": sel.get("model"), "best_epoch": res.best_epoch, "epoch_rule": sel.get("epoch_rule"),
+                  "alpha": sel.get("alpha")}
     t0 = time.perf_counter()
     fit = fit_retrieval_thresholds(index, held, probs, search=search, k=k)
     fit_s = time.perf_counter() - t0
     systems = compare_thresholds(index, router, cls_threshold, fit, split["test"], search, k)
     top1 = evaluate_router(router, split["test"])  # the regimes' classification quality, next to retrieval
     return {"k": k, "n_test": len(split["test"]), "n_held_out": len(held), "per_scope": per_scope,
-            "regime": regime, "train_s": round(train_s, 1), "fit_s": round(fit_s, 1),
+            "regime": regime, **chosen, "train_s": round(train_s, 1), "fit_s": round(fit_s, 1),
             "top1_macro_f1": top1["top1_macro_f1"], "top1_accuracy": top1["top1_accuracy"],
             "thresholds": {"classification": cls_threshold, "retrieval": fit["router"]["threshold"],
                            "vote": fit["vote"]["threshold"], "vote_beta": fit["vote"]["beta"]},
@@ -205,11 +209,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--per-scope", type=int, default=300, help="pseudo-queries per scope for the corpus-only router")
     ap.add_argument("--work", type=Path, default=Path("runs/bench"), help="indexes and routers are cached here")
     ap.add_argument("--out", type=Path, default=Path("bench/results/new_taxonomy.json"))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="TrainConfig override (e.g. cv_choice=budget); the cells and cached routers are "
+                         "keyed by the overrides, so a comparison with the default sits in the same JSON")
     args = ap.parse_args(argv)
 
     from masdr_router import TrainConfig
+    from masdr_router.training.run import parse_overrides
 
-    cfg = TrainConfig(progress=False, device="cpu")
+    overrides = parse_overrides(args.set)
+    cfg = TrainConfig.from_dict({**TrainConfig().to_dict(), "progress": False, "device": "cpu", **overrides})
+    tag = "[" + ",".join(f"{k}={v}" for k, v in overrides.items()) + "]" if overrides else ""
     report: dict[str, Any] = {"machine": platform.platform(), "cpus": os.cpu_count(), "results": {}}
     if args.out.exists():
         report["results"] = json.loads(args.out.read_text()).get("results", {})
@@ -217,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in args.datasets:
         ds, split = load(name)
         for part in args.parts:
-            key = f"{name}/{part}" + (f"@{args.small_per_scope}" if part == "retrieval-small" else "")
+            key = f"{name}/{part}" + (f"@{args.small_per_scope}" if part == "retrieval-small" else "") + tag
             if key in report["results"]:
                 continue
             print(f"== {key}", flush=True)
@@ -227,7 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else:
                 res = part_retrieval(ds, split, args.work, cfg, args.k,
                                      args.small_per_scope if part == "retrieval-small" else None,
-                                     pooled=part == "retrieval-cv")
+                                     pooled=part == "retrieval-cv", suffix=tag)
             res["wall_s"] = round(time.perf_counter() - t0, 1)
             print(json.dumps({key: res}), flush=True)
             report["results"][key] = res
