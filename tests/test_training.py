@@ -314,9 +314,11 @@ def test_each_run_trains_with_its_own_precision_whatever_accelerator_came_before
     """SetFit, the transformers Trainer or an earlier run leave accelerate's process-wide state behind;
     a run still gets the device and precision it asks for instead of raising or inheriting them."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
     tax, qs = bbc_queries
-    Accelerator(cpu=True, mixed_precision="bf16")  # what another library in this process left
+    AcceleratorState._reset_state(reset_partial_state=True)  # the process as another library finds it...
+    Accelerator(cpu=True, mixed_precision="bf16")  # ...and what that library leaves behind
     used = []
     for precision in ("auto", "bf16"):  # "auto" is fp32 on a CPU
         run, moved = _one_epoch(TrainConfig(**{**FAST, "device": "cpu", "mixed_precision": precision}), tax, qs[:16])
