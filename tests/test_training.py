@@ -287,6 +287,20 @@ def test_training_and_inference_use_cuda_when_present(bbc_queries, tmp_path):
     np.testing.assert_allclose(on_gpu, on_cpu, atol=0.05)
 
 
+@pytest.mark.gpu
+def test_a_frozen_head_the_guard_exports_sits_on_its_encoder_s_device():
+    from transformers import AutoModel
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+    from masdr_router.training.probe import LinearProbe
+    from masdr_router.training.trainer import probe_model
+
+    frozen = AutoModel.from_pretrained(resolve_encoder_path("minilm")).to("cuda").eval()
+    probe = LinearProbe(weight=np.zeros((3, 384), np.float32), bias=np.zeros(3, np.float32), C=1.0, normalize=True)
+    model = probe_model(frozen, probe, 3, "mean")
+    assert {p.device.type for p in model.parameters()} == {"cuda"}
+
+
 def test_a_run_leaves_the_process_as_it_found_it(bbc_queries):
     """Seeds, deterministic kernels, transformers' progress bars and warning filters are set for the
     run only: a caller's process is the same before and after."""

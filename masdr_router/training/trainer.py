@@ -710,7 +710,9 @@ def probe_model(frozen: Any, probe: LinearProbe, n_labels: int, pooling: str) ->
         model.head.bias.copy_(torch.from_numpy(probe.bias))
     for p in model.parameters():
         p.requires_grad_(False)
-    return model
+    # the new head is made on the CPU; on a GPU the frozen encoder is not (a device mismatch at the
+    # first prediction, seen on 20NG at 16 per scope where the guard exported the probe)
+    return model.to(next(frozen.parameters()).device)
 
 
 def choose_export(cfg: TrainConfig, evidence: dict[str, dict[str, float]]) -> str:
