@@ -72,6 +72,9 @@ def check_value(hint: Any, value: Any) -> tuple[bool, Any]:
     """``(ok, value)``: whether ``value`` fits the type ``hint``; an int is widened to a float."""
     origin = get_origin(hint)
     if origin is Literal:
+        if isinstance(value, bool) and {"on", "off"} <= set(get_args(hint)):
+            # YAML 1.1 reads a bare on/off as a boolean: `contrastive: off` means the choice "off"
+            value = "on" if value else "off"
         return value in get_args(hint) and type(value) in {type(a) for a in get_args(hint)}, value
     if origin in (Union, types.UnionType):
         for arg in get_args(hint):

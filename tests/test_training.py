@@ -206,6 +206,18 @@ def test_config_values_are_type_checked_never_coerced(values, message):
                                                                             float)
 
 
+def test_a_bare_on_or_off_in_yaml_or_set_is_the_choice_not_a_boolean(tmp_path):
+    # YAML 1.1 reads `off` as false: `contrastive: off` must still mean the choice "off"
+    from masdr_router.training.run import load_train_config
+
+    (tmp_path / "c.yaml").write_text("contrastive: off\n")
+    assert TrainConfig.from_yaml(tmp_path / "c.yaml").contrastive == "off"
+    assert load_train_config(None, ["contrastive=on"]).contrastive == "on"
+    # only where on/off are the choices: a boolean is still no pooling mode
+    with pytest.raises(ConfigError, match=r"field 'pooling': expected one of mean, cls, pooler, got False"):
+        TrainConfig.from_dict({"pooling": False})
+
+
 @pytest.mark.parametrize("name", ["cpu", "gpu"])
 def test_train_configs_mirror_the_dataclass_one_to_one(name):
     from dataclasses import fields
