@@ -112,7 +112,9 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
                  "held_out_macro_f1": {k.split("_")[0]: round(v, 4) for k, v in sel.items()
                                        if k.endswith(("_cv_macro_f1", "_val_macro_f1")) and isinstance(v, float)},
                  # each frozen head's held-out lead over LoRA and its bootstrap SE: what the guard decided on
-                 "guard": sel.get("guard"), "guard_margin_se": sel.get("guard_margin_se")}
+                 "guard": sel.get("guard"), "guard_margin_se": sel.get("guard_margin_se"),
+                 # the contrastive stage cross-validated against the run without it (contrastive_check)
+                 "stage_check": sel.get("contrastive_check") or None}
     elif system == "tfidf-lr":
         from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -248,13 +250,14 @@ def seed_mean(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def model_name(row: dict[str, Any]) -> str:
     """What the default exported: ``lora@E`` (E epochs of classification fine-tuning; 0: the probe
-    on the contrastively tuned encoder; ``αA``: the weight-space ensemble with that probe at weight A),
-    ``probe`` or ``centroid``."""
+    on the contrastively tuned encoder; ``αA``: the weight-space ensemble with that probe at weight A;
+    ``−stage``: the folds dropped the contrastive stage), ``probe`` or ``centroid``."""
     model = str(row.get("model", "?"))
     if model != "lora" or "best_epoch" not in row:
         return model
     alpha = row.get("alpha")
-    return f"lora@{row['best_epoch']}" + (f" α{alpha:g}" if alpha is not None and alpha < 1 else "")
+    dropped = " −stage" if (row.get("stage_check") or {}).get("kept") is False else ""
+    return f"lora@{row['best_epoch']}" + (f" α{alpha:g}" if alpha is not None and alpha < 1 else "") + dropped
 
 
 def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None:

@@ -354,8 +354,9 @@ def test_each_run_trains_with_its_own_precision_whatever_accelerator_came_before
 
 # ---- regimes, LP-FT and the probe guard ------------------------------------------------------------
 # a short contrastive stage: the regime tests check that it runs where it should, not what it learns
+# (so it is not cross-validated against the run without it: that check has its own test)
 SMALL = {"batch_size": 16, "max_length": 32, "progress": False, "epochs": 3, "min_steps": 0, "max_epochs": 3,
-         "contrastive_max_steps": 10}
+         "contrastive_max_steps": 10, "contrastive_check": False}
 
 
 @pytest.mark.parametrize("choice", ["best", "one_se"])
@@ -421,6 +422,35 @@ def test_few_shot_trains_the_whole_budget_and_exports_the_weight_space_ensemble(
     plenty = train_router(tax, qs, None, TrainConfig(**SMALL, keep_probe=False, contrastive_below=1))
     sel = plenty.extra["selection"]
     assert sel["epoch_rule"] == "best" and sel["alpha"] == 1.0 and not sel["contrastive"]
+
+
+def test_the_folds_drop_a_contrastive_stage_that_loses_to_the_run_without_it(bbc_queries):
+    """With contrastive: auto the run without the stage is cross-validated too; the stage is dropped
+    only when that run leads out of fold by more than the guard's noise margin. A stage at a learning
+    rate that wrecks the encoder must be dropped, and the refit then trains without it."""
+    from masdr_router.training.card import model_card
+    from masdr_router.training.trainer import choose_stage
+
+    tax, qs = bbc_queries
+    # bbc_queries has 12 queries per scope: below the default contrastive_check_from, so it is lowered
+    wrecking = {**SMALL, "contrastive_check": True, "contrastive_check_from": 8, "contrastive_learning_rate": 0.5,
+                "contrastive_max_steps": 20, "keep_probe": False, "learning_rate": 2e-3}
+    result = train_router(tax, qs, None, TrainConfig(**wrecking))
+    sel = result.extra["selection"]
+    check = sel["contrastive_check"]
+    assert not check["kept"]
+    assert check["margin_se"] == 2.0
+    assert check["without_stage_cv_macro_f1"] - check["with_stage_cv_macro_f1"] > check["margin_se"] * check["se"]
+    assert choose_stage(TrainConfig(), check["with_stage_cv_macro_f1"], check["without_stage_cv_macro_f1"],
+                        check["se"]) is False
+    # the refit and the reported folds are the run without the stage: no stage, the epoch count chosen
+    assert sel["contrastive"] == {} and not any(f for f in sel["fold_contrastive"])
+    assert sel["epoch_rule"] == "best" and sel["alpha"] == 1.0 and result.router.meta["lora"]["base_weights"] == \
+        "pretrained"
+    assert result.val_metrics["macro_f1"] == pytest.approx(check["without_stage_cv_macro_f1"], abs=1e-4)
+    metrics = {"calibration": result.calibration, "history": result.history, "train_seconds": 1.0,
+               "n_train": result.n_train, "n_val": result.n_val, "val": result.val_metrics, **result.extra}
+    assert "the contrastive stage was dropped" in model_card(result.router, metrics, TrainConfig(**wrecking))
 
 
 def test_cross_validation_may_choose_the_tuned_encoder_without_fine_tuning(bbc_queries):

@@ -144,6 +144,14 @@ def selection_line(metrics: dict[str, Any]) -> str:
     first = (f"a contrastive stage ({stage['contrastive_steps']} steps of same/other-scope pairs on {weights}, loss "
              f"{stage['contrastive_loss_first']:.3f} -> {stage['contrastive_loss_last']:.3f}), then "
              if stage.get("contrastive_steps") else "")
+    check = sel.get("contrastive_check") or {}
+    if check:  # the stage was cross-validated against the run without it
+        scores = (f"out-of-fold macro-F1 {_f(check['with_stage_cv_macro_f1'])} with it, "
+                  f"{_f(check['without_stage_cv_macro_f1'])} without")
+        verdict = (f"the contrastive stage was kept: {scores} (SE {check['se']:.3f}); " if check["kept"] else
+                   f"the contrastive stage was dropped: {scores}, a lead beyond {check['margin_se']:g} bootstrap SE "
+                   f"({check['se']:.3f}); ")
+        first = verdict + first
     if first and sel.get("cv_epochs") == 0:
         return (f"{first}a probe on the tuned encoder, without classification fine-tuning (cross-validation chose "
                 f"0 epochs); {held} macro-F1 {_f(lora)} against the frozen probe's {_f(probe)}{within}")

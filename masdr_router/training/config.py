@@ -74,6 +74,18 @@ class TrainConfig(ConfigBase):
     contrastive_below: float = field(default=80, metadata={
         "help": "auto runs the contrastive stage below this mean number of training queries per scope (it "
                 "gained at 64 on BBC and lost at 91 on SQLAlchemy)"})
+    contrastive_check: bool = field(default=True, metadata={
+        "help": "with contrastive: auto and at least contrastive_check_from queries per scope, cross-validate the "
+                "run without the stage too and drop the stage when that run's out-of-fold macro-F1 leads by more "
+                "than contrastive_check_margin_se bootstrap standard errors (recorded in the card; costs the folds "
+                "once more without the stage)"})
+    contrastive_check_margin_se: float = field(default=2.0, metadata={
+        "help": "the lead, in bootstrap standard errors of the paired out-of-fold difference, the run without the "
+                "stage needs for the stage to be dropped (twice the guard's: the folds favour that run, whose "
+                "epoch count is the best of many on them while the stage's folds see two thirds of the data)"})
+    contrastive_check_from: float = field(default=16, metadata={
+        "help": "contrastive_check runs from this mean number of training queries per scope (below it the folds, "
+                "trained on two thirds of a few queries per scope, underrate the stage)"})
     contrastive_iterations: int = field(default=20, metadata={
         "help": "contrastive pairs per query: this many with its own scope and this many with another"})
     contrastive_max_steps: int = field(default=600, metadata={
@@ -157,7 +169,8 @@ class TrainConfig(ConfigBase):
                     self.finetune_alpha == 1 or self.head_init == "probe")),
                  f"must be null or in [0, 1], and 1 unless head_init is 'probe' (a random head is no model to "
                  f"interpolate with), got {self.finetune_alpha}"),
-                ("guard_margin_se", self.guard_margin_se >= 0, f"must be >= 0, got {self.guard_margin_se}"),
+                *[(k, getattr(self, k) >= 0, f"must be >= 0, got {getattr(self, k)}")
+                  for k in ("guard_margin_se", "contrastive_check_margin_se", "contrastive_check_from")],
                 ("few_shot_alpha", 0 <= self.few_shot_alpha <= 1, f"must be in [0, 1], got {self.few_shot_alpha}"),
                 ("cv_folds", self.cv_folds >= 2, f"must be >= 2, got {self.cv_folds}"),
                 ("corpus_weight", self.corpus_weight > 0, f"must be > 0, got {self.corpus_weight}"),
