@@ -35,9 +35,16 @@ def load(paths: list[Path]) -> dict[tuple[str, str, int], dict[str, dict[str, An
     return cells
 
 
-def replay(with_stage: dict[str, Any], without: dict[str, Any], *, margin: float, check_from: float) -> dict[str, Any]:
+def oof_score(row: dict[str, Any], score: str) -> float:
+    """``peak``: the best out-of-fold macro-F1 over the epoch counts (what the trainer's check
+    compares); ``exported``: that of the epoch count the run exported."""
+    return max(row["held_out_by_epoch"].values()) if score == "peak" else row["held_out_macro_f1"]["lora"]
+
+
+def replay(with_stage: dict[str, Any], without: dict[str, Any], *, margin: float, check_from: float,
+           score: str = "peak") -> dict[str, Any]:
     """The check's decision on one cell and what the default would export."""
-    lead = without["held_out_macro_f1"]["lora"] - with_stage["held_out_macro_f1"]["lora"]
+    lead = oof_score(without, score) - oof_score(with_stage, score)
     recorded = with_stage.get("stage_check") or {}
     se = recorded.get("se") or (with_stage.get("guard") or {}).get("probe", {}).get("se")
     # the sample's queries per scope (fewer only where a scope has fewer; "all" is above any limit)
@@ -57,6 +64,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--margins", nargs="+", type=float, default=[1.0, 2.0])
     ap.add_argument("--from", dest="check_from", type=float, default=16.0,
                     help="contrastive_check_from: the check runs from this many queries per scope")
+    ap.add_argument("--score", choices=["peak", "exported"], default="peak",
+                    help="compare each run's best out-of-fold macro-F1 over epoch counts (as the trainer does) or "
+                         "that of the epoch count it exported")
     ap.add_argument("--out", type=Path, default=Path("bench/results/stage_check.json"))
     args = ap.parse_args(argv)
     stage, off = load(args.with_), load(args.without)
@@ -68,10 +78,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         base = {s: stage[key][s]["macro_f1"] for s in BASELINES if s in stage[key]}
         best = max(base, key=base.get) if base else None
         row = {"dataset": key[0], "size": key[1], "seed": key[2], "with_stage": w["macro_f1"], "without": o["macro_f1"],
-               "with_stage_oof": w["held_out_macro_f1"]["lora"], "without_oof": o["held_out_macro_f1"]["lora"],
+               "with_stage_oof": oof_score(w, args.score), "without_oof": oof_score(o, args.score),
                "best_baseline": best, "best_baseline_f1": base.get(best) if best else None, "margins": {}}
         for m in args.margins:
-            row["margins"][m] = replay(w, o, margin=m, check_from=args.check_from)
+            row["margins"][m] = replay(w, o, margin=m, check_from=args.check_from, score=args.score)
         rows.append(row)
     head = "| set | per scope | seed | test: with stage / without | out of fold: with / without | lead (SE) |"
     head += "".join(f" {m:g} SE: export, − best |" for m in args.margins) + " best baseline |"

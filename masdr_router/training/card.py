@@ -146,7 +146,7 @@ def selection_line(metrics: dict[str, Any]) -> str:
              if stage.get("contrastive_steps") else "")
     check = sel.get("contrastive_check") or {}
     if check:  # the stage was cross-validated against the run without it
-        scores = (f"out-of-fold macro-F1 {_f(check['with_stage_cv_macro_f1'])} with it, "
+        scores = (f"best out-of-fold macro-F1 {_f(check['with_stage_cv_macro_f1'])} with it, "
                   f"{_f(check['without_stage_cv_macro_f1'])} without")
         verdict = (f"the contrastive stage was kept: {scores} (SE {check['se']:.3f}); " if check["kept"] else
                    f"the contrastive stage was dropped: {scores}, a lead beyond {check['margin_se']:g} bootstrap SE "

@@ -81,8 +81,8 @@ class TrainConfig(ConfigBase):
                 "once more without the stage)"})
     contrastive_check_margin_se: float = field(default=2.0, metadata={
         "help": "the lead, in bootstrap standard errors of the paired out-of-fold difference, the run without the "
-                "stage needs for the stage to be dropped (twice the guard's: the folds favour that run, whose "
-                "epoch count is the best of many on them while the stage's folds see two thirds of the data)"})
+                "stage needs for the stage to be dropped (twice the guard's: the folds favour that run, since the "
+                "stage gains more from the third of the data they lack)"})
     contrastive_check_from: float = field(default=16, metadata={
         "help": "contrastive_check runs from this mean number of training queries per scope (below it the folds, "
                 "trained on two thirds of a few queries per scope, underrate the stage)"})
