@@ -23,7 +23,8 @@ the whole epoch budget and is exported as the weight-space ensemble (WiSE-FT) wi
 the tuned encoder it started from (``few_shot_alpha``); the folds still supply the held-out
 predictions that calibrate it and that the export guard compares. From ``contrastive_check_from``
 (16) queries per scope the run without the stage is cross-validated too, and the stage is dropped
-when that run leads out of fold by more than the guard's noise margin (``contrastive_check``).
+when that run leads out of fold by more than ``contrastive_check_margin_se`` (3) bootstrap SEs of the
+paired difference (``contrastive_check``).
 In both, the head starts from a logistic-regression probe on the encoder it fine-tunes (LP-FT), and the
 probe itself (or the nearest-centroid head, when ``frozen_heads`` allows it) is exported instead
 when it validates better by more than the noise of the held-out queries (``keep_probe``,
@@ -895,7 +896,7 @@ def choose_stage(cfg: TrainConfig, with_stage: float, without: float, se: float)
     difference: it is dropped only when the run without it leads by more than
     ``contrastive_check_margin_se`` (3) of them. The folds favour the run without the stage (the
     stage gains more from the third of the data they lack): from 16 per scope on the learning
-    curves that run's out-of-fold lead exceeded its lead on the test queries by 0.03 on average.
+    curves that run's out-of-fold lead exceeded its lead on the test queries by 0.027 on average.
 
     >>> choose_stage(TrainConfig(), 0.557, 0.595, 0.011)   # 20NG at 32 per scope: the stage lost
     False
@@ -943,7 +944,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     if contrastive and stage_is_checked(cfg, len(train) / len(labels)):
         # The stage wins on most sets below contrastive_below per scope but not on all (20 Newsgroups at
         # 32 per scope: 0.625 with it, 0.668 without, the frozen probe 0.660), so the run without it is
-        # cross-validated too and the folds decide, with the guard's noise margin.
+        # cross-validated too and the folds decide, with a margin for their noise and their bias.
         cvs[False] = _cross_validate(cfg, labels, data, extra, folds, probes, base_path, tokenizer, epochs,
                                      contrastive=False)
         # Each run at its best epoch count on the folds: the run without the stage exports its best, and
