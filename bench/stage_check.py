@@ -8,8 +8,8 @@ exactly what the default exports under each margin. What the replay cannot know 
 bootstrap SE of the two runs' out-of-fold predictions, which only a run doing both computes (it
 records it as ``stage_check``); it uses that when present and otherwise the SE the stage run
 recorded for its guard (LoRA against the frozen probe on the same held-out queries), scaled by
-``--se-scale``: in the one run that recorded both that proxy was 1.5 times the paired SE. The best
-baseline is read from the stage run's files (every baseline, same sample)::
+``--se-scale``: in the two runs that recorded both the paired SE was 0.67 and 0.80 times that proxy
+(BBC at 16 and 32 per scope). The best baseline is read from the stage run's files (every baseline, same sample)::
 
     python bench/learning_curve.py --datasets composite --sizes 16 --systems default --out with.json
     python bench/learning_curve.py --datasets composite --sizes 16 --systems default \\
@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                          "that of the epoch count it exported")
     ap.add_argument("--se-scale", type=float, default=1.0,
                     help="multiply the guard's SE (the proxy) by this: the paired SE of two fine-tuned runs is "
-                         "smaller than that of LoRA against the frozen probe (0.035 against 0.052 in the one run "
-                         "that recorded both, BBC at 16 per scope: 0.67)")
+                         "smaller than that of LoRA against the frozen probe (0.67 and 0.80 of it in the two runs "
+                         "that recorded both, BBC at 16 and 32 per scope)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/stage_check.json"))
     args = ap.parse_args(argv)
     stage, off = load(args.with_), load(args.without)
