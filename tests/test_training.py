@@ -426,8 +426,8 @@ def test_few_shot_trains_the_whole_budget_and_exports_the_weight_space_ensemble(
 
 def test_the_folds_drop_a_contrastive_stage_that_loses_to_the_run_without_it(bbc_queries):
     """With contrastive: auto the run without the stage is cross-validated too; the stage is dropped
-    only when that run leads out of fold by more than the guard's noise margin. A stage at a learning
-    rate that wrecks the encoder must be dropped, and the refit then trains without it."""
+    only when that run leads out of fold by more than contrastive_check_margin_se bootstrap SEs. A stage
+    at a learning rate that wrecks the encoder must be dropped, and the refit then trains without it."""
     from masdr_router.training.card import model_card
     from masdr_router.training.trainer import choose_stage
 
