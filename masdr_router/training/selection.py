@@ -73,6 +73,16 @@ def fewest_within_one_se(true: np.ndarray, preds: Mapping[int, np.ndarray], scor
     return best, {"best": best, "best_score": scores[best], "chosen_score": scores[best], "se": 0.0}
 
 
+def beyond_noise(lead: float, se: float, margin_se: float) -> bool:
+    """Whether a held-out lead is evidence: positive and larger than ``margin_se`` bootstrap standard
+    errors of the paired difference (what the export guard and the contrastive check ask).
+
+    >>> beyond_noise(0.016, 0.03, 1.0), beyond_noise(0.5, 0.05, 1.0), beyond_noise(0.01, 0.0, 0.0)
+    (False, True, True)
+    """
+    return lead > 1e-9 and lead > margin_se * se + 1e-9
+
+
 def guard_evidence(true: np.ndarray, preds: Mapping[str, np.ndarray], n_labels: int, *, against: str = "lora",
                    n_boot: int = 200, seed: int = 0) -> dict[str, dict[str, float]]:
     """For every candidate in ``preds`` but ``against``: its held-out macro-F1 (``f1``), its lead over

@@ -55,6 +55,7 @@ from ..errors import MasdrError, ValidationError
 from ..taxonomy import Taxonomy
 from .config import TrainConfig
 from .schedule import lr_at
+from .selection import beyond_noise
 from .tracking import Tracker
 
 if TYPE_CHECKING:
@@ -734,7 +735,7 @@ def choose_export(cfg: TrainConfig, evidence: dict[str, dict[str, float]]) -> st
     if best is None:
         return "lora"
     lead, se = allowed[best]["lead"], allowed[best]["se"]
-    return best if lead > 1e-9 and lead > cfg.guard_margin_se * se + 1e-9 else "lora"
+    return best if beyond_noise(lead, se, cfg.guard_margin_se) else "lora"
 
 
 def _guard(cfg: TrainConfig, true: np.ndarray, held: dict[str, np.ndarray], n_labels: int
@@ -804,7 +805,6 @@ class CrossValidation:
     """One candidate's k-fold run (with or without the contrastive stage): out-of-fold logits per
     epoch count, their scores, and the epoch count its rule chose."""
 
-    contrastive: bool
     oof: np.ndarray  # (epoch counts 0..budget, queries, labels)
     counts: range  # the candidate epoch counts (0 only after a contrastive stage: the probe on the tuned encoder)
     cv_f1: dict[int, float]
@@ -814,14 +814,6 @@ class CrossValidation:
     choice: dict[str, float]
     fold_rows: list[list[float]]
     fold_stages: list[dict[str, Any]]
-
-    @property
-    def logits(self) -> np.ndarray:
-        return self.oof[self.best]
-
-    @property
-    def f1(self) -> float:
-        return self.cv_f1[self.best]
 
     @property
     def peak(self) -> int:
@@ -871,7 +863,7 @@ def _cross_validate(cfg: TrainConfig, labels: list[str], data: Encoded, extra: E
 
         best, choice = fewest_within_one_se(true, {e: oof[e].argmax(1) for e in counts}, cv_f1, len(labels),
                                             seed=cfg.seed)
-    return CrossValidation(contrastive=contrastive, oof=oof, counts=counts, cv_f1=cv_f1, cv_acc=cv_acc, best=best,
+    return CrossValidation(oof=oof, counts=counts, cv_f1=cv_f1, cv_acc=cv_acc, best=best,
                            rule=rule, choice=choice, fold_rows=fold_rows, fold_stages=fold_stages)
 
 
@@ -903,8 +895,7 @@ def choose_stage(cfg: TrainConfig, with_stage: float, without: float, se: float)
     >>> choose_stage(TrainConfig(), 0.508, 0.545, 0.021)   # SQLAlchemy at 32: it won on the test queries
     True
     """
-    lead = without - with_stage
-    return not (lead > 1e-9 and lead > cfg.contrastive_check_margin_se * se + 1e-9)
+    return not beyond_noise(without - with_stage, se, cfg.contrastive_check_margin_se)
 
 
 def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], base_path: str, tokenizer: Any,
@@ -937,11 +928,12 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
         frozen_oof["probe"][val_rows] = probes[-1].logits(data.features[val_rows])
         frozen_oof["centroid"][val_rows] = fit_centroid(tr.features, tr.y.numpy(), len(labels)).logits(
             data.features[val_rows])
-    contrastive = use_contrastive(cfg, "cv", len(train) / len(labels))
+    per_scope = len(train) / len(labels)
+    contrastive = use_contrastive(cfg, "cv", per_scope)
     cvs = {contrastive: _cross_validate(cfg, labels, data, extra, folds, probes, base_path, tokenizer, epochs,
                                         contrastive=contrastive)}
     stage_check: dict[str, Any] = {}
-    if contrastive and stage_is_checked(cfg, len(train) / len(labels)):
+    if contrastive and stage_is_checked(cfg, per_scope):
         # The stage wins on most sets below contrastive_below per scope but not on all (20 Newsgroups at
         # 32 per scope: 0.625 with it, 0.668 without, the frozen probe 0.660), so the run without it is
         # cross-validated too and the folds decide, with a margin for their noise and their bias.
