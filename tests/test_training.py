@@ -439,7 +439,7 @@ def test_the_folds_drop_a_contrastive_stage_that_loses_to_the_run_without_it(bbc
     sel = result.extra["selection"]
     check = sel["contrastive_check"]
     assert not check["kept"]
-    assert check["margin_se"] == 2.5
+    assert check["margin_se"] == TrainConfig().contrastive_check_margin_se == 2.0
     assert check["without_stage_cv_macro_f1"] - check["with_stage_cv_macro_f1"] > check["margin_se"] * check["se"]
     assert choose_stage(TrainConfig(), check["with_stage_cv_macro_f1"], check["without_stage_cv_macro_f1"],
                         check["se"]) is False

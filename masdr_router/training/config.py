@@ -79,7 +79,7 @@ class TrainConfig(ConfigBase):
                 "run without the stage too and drop the stage when that run's out-of-fold macro-F1 leads by more "
                 "than contrastive_check_margin_se bootstrap standard errors (recorded in the card; costs the folds "
                 "once more without the stage)"})
-    contrastive_check_margin_se: float = field(default=2.5, metadata={
+    contrastive_check_margin_se: float = field(default=2.0, metadata={
         "help": "the lead, in bootstrap standard errors of the paired out-of-fold difference, the run without the "
                 "stage needs for the stage to be dropped (the folds favour that run, since the "
                 "stage gains more from the third of the data they lack)"})
