@@ -889,7 +889,7 @@ def choose_stage(cfg: TrainConfig, with_stage: float, without: float, se: float)
     ``contrastive_check_margin_se`` (2.0) of them. The folds favour the run without the stage (the
     stage gains more from the third of the data they lack): from 16 per scope on the learning
     curves that run's out-of-fold lead exceeded its lead on the test queries by 0.027 on average.
-    The two runs of the default measured where they disagree on the test queries:
+    Two real runs of the default, where the stage lost and where it won on the test queries:
 
     >>> choose_stage(TrainConfig(), 0.5592, 0.5936, 0.0168)   # 20NG, 32 per scope: 2.05 SEs, the stage lost
     False
