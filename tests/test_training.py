@@ -519,6 +519,40 @@ def test_lp_ft_the_head_starts_as_the_frozen_probe(bbc_queries):
     assert not np.allclose(cold.predict_logits(data.ids, data.mask), probe.logits(data.features), atol=1e-1)
 
 
+def test_a_run_s_initialisation_depends_on_its_seed_not_on_what_ran_before(bbc_queries):
+    """The contrastive check's run without the stage must be the run contrastive=off would train, and a
+    refit must not depend on how many folds preceded it: so building a run draws its adapters from its
+    own seed, whatever the global generator went through, and leaves that generator where it was."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+    from masdr_router.training.model import trainable_state
+    from masdr_router.training.trainer import build_run, encode
+
+    tax, qs = bbc_queries
+    cfg = TrainConfig(**SMALL)
+    path = resolve_encoder_path("minilm")
+    tok, frozen = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    data = encode(cfg, tax.names, qs[:16], tok, frozen)
+
+    def adapters(seed: int, global_seed: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(global_seed)
+        torch.rand(1000)  # whatever ran before: other folds, the other candidate, a probe
+        run = build_run(TrainConfig(**{**SMALL, "seed": seed}), tax.names, path, tok, data, None, key="t",
+                        epochs=1)
+        after = torch.rand(1)
+        torch.manual_seed(global_seed)
+        torch.rand(1000)
+        assert torch.equal(after, torch.rand(1))  # the global stream goes on as if nothing was drawn
+        return {n: t for n, t in trainable_state(run.unwrapped).items() if "lora_A" in n or n.startswith("head")}
+
+    first, second, other = adapters(0, 1), adapters(0, 2), adapters(1, 1)
+    assert first.keys() == second.keys() and any("lora_A" in n for n in first)
+    assert all(torch.equal(first[n], second[n]) for n in first)
+    assert not any(torch.equal(first[n], other[n]) for n in first)
+
+
 def test_the_default_probe_sees_directions_not_lengths_and_the_standardised_one_is_kept_for_the_pooler():
     from masdr_router.training.probe import NORMALIZED_C, fit_probe
 

@@ -16,7 +16,8 @@ from ..routers.lora.model import RouterModel
 def build_lora_model(base_path: str, n_labels: int, *, pooling: str, head_dropout: float, lora_r: int,
                      lora_alpha: int, lora_dropout: float, target_modules: list[str],
                      normalize: bool = False) -> RouterModel:
-    """A fresh model: pretrained encoder + new LoRA adapters + a new head (seed torch first)."""
+    """A fresh model: pretrained encoder + new LoRA adapters + a new head, initialised from torch's
+    global generator (``build_run`` seeds it)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModel
 
