@@ -4,9 +4,10 @@ Two learning-curve runs of the same cells (same data set, size and sample seed, 
 sample, folds and test split): the default with the contrastive stage, and ``--set
 contrastive=off``. When the check keeps the stage the default *is* the first run; when it drops
 it, its refit is the second run's (the same folds, probes and epoch rule), so each row shows
-what the default exports under each margin, up to the LoRA adapters' random initialisation (drawn
-from torch's global generator, so it depends on what ran before in the process: on 20NG at 16 per
-scope the check's run without the stage chose 14 epochs where the standalone run chose 7). What the
+what the default exports under each margin. Exactly, since each run draws its LoRA initialisation
+from its seed alone (a961c05; on BBC at 16 per scope the check's run without the stage and the
+standalone run both chose 10 epochs at 0.7859 out of fold); runs recorded before that drew it from
+torch's global generator, where the two could differ (20NG at 16 per scope: 14 epochs against 7). What the
 replay cannot know is the paired bootstrap SE of the two runs' out-of-fold predictions, which only
 a run doing both computes (it records it as ``stage_check``); it uses that when present and
 otherwise the SE the stage run recorded for its guard (LoRA against the frozen probe on the same
