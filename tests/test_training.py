@@ -41,6 +41,17 @@ def bbc_queries():
 
 
 @pytest.fixture(scope="module")
+def minilm():
+    """The MiniLM encoder's path, tokenizer and frozen model, loaded once for the tests that build runs."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+
+    path = resolve_encoder_path("minilm")
+    return path, AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+
+
+@pytest.fixture(scope="module")
 def trained(bbc_queries):
     tax, qs = bbc_queries
     return train_router(tax, qs, None, TrainConfig(**FAST))
@@ -497,19 +508,15 @@ def test_auto_regime_holds_out_when_a_validation_file_is_given_or_data_is_plenti
     assert result.extra["selection"]["contrastive"] == {}  # auto: the stage is for the small-data regime
 
 
-def test_lp_ft_the_head_starts_as_the_frozen_probe(bbc_queries):
+def test_lp_ft_the_head_starts_as_the_frozen_probe(bbc_queries, minilm):
     """LoRA's B matrices start at zero, so a model whose head is initialised from the probe
     predicts exactly what the probe predicts before its first step."""
-    from transformers import AutoModel, AutoTokenizer
-
-    from masdr_router.retrieval.embedder import resolve_encoder_path
     from masdr_router.training.probe import fit_probe
     from masdr_router.training.trainer import build_run, encode
 
     tax, qs = bbc_queries
     cfg = TrainConfig(**SMALL)
-    path = resolve_encoder_path("minilm")
-    tok, frozen = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    path, tok, frozen = minilm
     data = encode(cfg, tax.names, qs, tok, frozen)
     probe = fit_probe(data.features, data.y.numpy(), len(tax.names))
     run = build_run(cfg, tax.names, path, tok, data, None, key="t", epochs=1, head_init=probe)
@@ -519,21 +526,18 @@ def test_lp_ft_the_head_starts_as_the_frozen_probe(bbc_queries):
     assert not np.allclose(cold.predict_logits(data.ids, data.mask), probe.logits(data.features), atol=1e-1)
 
 
-def test_a_run_s_initialisation_depends_on_its_seed_not_on_what_ran_before(bbc_queries):
+def test_a_run_s_initialisation_depends_on_its_seed_not_on_what_ran_before(bbc_queries, minilm):
     """The contrastive check's run without the stage must be the run contrastive=off would train, and a
     refit must not depend on how many folds preceded it: so building a run draws its adapters from its
     own seed, whatever the global generator went through, and leaves that generator where it was."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
 
-    from masdr_router.retrieval.embedder import resolve_encoder_path
     from masdr_router.training.model import trainable_state
     from masdr_router.training.trainer import build_run, encode
 
     tax, qs = bbc_queries
     cfg = TrainConfig(**SMALL)
-    path = resolve_encoder_path("minilm")
-    tok, frozen = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    path, tok, frozen = minilm
     data = encode(cfg, tax.names, qs[:16], tok, frozen)
 
     def adapters(seed: int, global_seed: int) -> dict[str, torch.Tensor]:
@@ -571,16 +575,14 @@ def test_the_default_probe_sees_directions_not_lengths_and_the_standardised_one_
 
 
 def test_the_contrastive_stage_pulls_a_scope_s_queries_together_and_the_head_starts_on_the_tuned_encoder(
-        bbc_queries):
+        bbc_queries, minilm):
     """Same-scope pairs are pulled to cosine 1 and other-scope pairs pushed to 0, so after the stage
     the gap between a query's mean cosine to its own scope and to the others widens; LP-FT then
     starts the head from a probe on the tuned features, not on the frozen ones."""
     import contextlib
 
     import torch
-    from transformers import AutoModel, AutoTokenizer
 
-    from masdr_router.retrieval.embedder import resolve_encoder_path
     from masdr_router.training.contrastive import contrastive_stage, tuned_features
     from masdr_router.training.model import build_lora_model
     from masdr_router.training.probe import fit_probe
@@ -588,8 +590,7 @@ def test_the_contrastive_stage_pulls_a_scope_s_queries_together_and_the_head_sta
 
     tax, qs = bbc_queries
     cfg = TrainConfig(**SMALL)
-    path = resolve_encoder_path("minilm")
-    tok, frozen = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    path, tok, frozen = minilm
     data = encode(cfg, tax.names, qs, tok, frozen)
     y = data.y.numpy()
 
