@@ -829,6 +829,7 @@ def test_with_an_index_and_no_validation_file_thresholds_are_fitted_out_of_fold(
 def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_path):
     from masdr_router import read_queries
     from masdr_router.training.run import run_training
+    from masdr_router.training.trainer import epoch_budget
 
     cfg = TrainConfig(**{**FAST, "keep_probe": True})
     test = read_queries(bbc_small_dir / "test.jsonl")
@@ -843,12 +844,16 @@ def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_p
     card = (tmp_path / "cold" / "README.md").read_text()
     assert "0 labelled queries + " in card and "pseudo-queries made from the corpus" in card
     # mixed: labelled queries plus pseudo-queries at corpus_weight
+    mixed_cfg = TrainConfig(**{**FAST, "keep_probe": True, "min_steps": 20})
     mixed = run_training(taxonomy=bbc_small_dir / "taxonomy.yaml", train=bbc_small_dir / "train.jsonl",
                          corpus=bbc_small_dir / "corpus.jsonl", val=bbc_small_dir / "val.jsonl",
-                         out=tmp_path / "mixed", cfg=cfg)
+                         out=tmp_path / "mixed", cfg=mixed_cfg)
     n_labelled = len(read_queries(bbc_small_dir / "train.jsonl"))
     assert mixed["n_labelled"] == n_labelled and mixed["n_train"] == n_labelled + mixed["corpus"]["n_pseudo"]
     assert mixed["corpus"]["weight"] == cfg.corpus_weight
+    # the small-data epoch budget counts the pseudo-queries' optimizer steps too: a few labelled
+    # queries plus hundreds of pseudo-queries are not trained for the few labelled queries' epochs
+    assert len(mixed["history"]) == epoch_budget(mixed_cfg, mixed["n_train"]) < epoch_budget(mixed_cfg, n_labelled)
     assert f"each weighing {cfg.corpus_weight:g} in the loss" in (tmp_path / "mixed" / "README.md").read_text()
 
 

@@ -181,10 +181,14 @@ def kfold(queries: Sequence[LabelledQuery], k: int, seed: int) -> list[np.ndarra
 def epoch_budget(cfg: TrainConfig, n_train: int) -> int:
     """``cfg.epochs``, raised for small data until training sees ``cfg.min_steps`` optimizer steps
     (at most ``cfg.max_epochs``): 40 queries make 2 steps an epoch, and 12 epochs of them barely
-    move a head.
+    move a head. ``n_train`` counts every row a run trains on, pseudo-queries from the corpus
+    included: 40 labelled queries with 1,500 pseudo-queries make 49 steps an epoch, and raising
+    their budget to 60 epochs would cost 2,900 steps a run instead of 12 epochs' 590.
 
     >>> epoch_budget(TrainConfig(), 1441), epoch_budget(TrainConfig(), 320), epoch_budget(TrainConfig(), 40)
     (12, 20, 60)
+    >>> epoch_budget(TrainConfig(), 40 + 1500)
+    12
     """
     steps = math.ceil(n_train / cfg.batch_size)
     return min(max(cfg.epochs, math.ceil(cfg.min_steps / max(steps, 1))), cfg.max_epochs)
@@ -770,7 +774,7 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
     probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
                       seed=cfg.seed, sample_weight=tr.weight.numpy(), normalize=cfg.normalize)
     run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=key,
-                    epochs=epoch_budget(cfg, len(train_q)), head_init=probe if cfg.head_init == "probe" else None,
+                    epochs=epoch_budget(cfg, len(tr.y)), head_init=probe if cfg.head_init == "probe" else None,
                     contrastive=use_contrastive(cfg, "holdout", len(train_q) / len(labels)))
     state = resume(run, ckpt)
     # 'last' by default: one model's validation macro-F1 jumps by a few points from epoch to epoch
@@ -925,7 +929,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     folds = kfold(train, cfg.cv_folds, cfg.seed)
     # every fold trains on (k-1)/k of the data: the same epoch budget as the refit, so an epoch
     # count chosen on the folds means the same amount of training for the final model
-    epochs = epoch_budget(cfg, len(train))
+    epochs = epoch_budget(cfg, len(train) + (len(extra.y) if extra is not None else 0))
     frozen_oof = {k: np.zeros((len(train), len(labels)), dtype=np.float32) for k in ("probe", "centroid")}
     probes = []
     for val_rows in folds:
