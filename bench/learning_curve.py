@@ -19,6 +19,7 @@ Systems:
     python bench/learning_curve.py --datasets bbc composite --sizes 8 16 32 64 all [--systems ...]
     python bench/learning_curve.py --report a.json b.json   # merge runs (sample seeds averaged) into one table
     python bench/learning_curve.py --data-root runs/data --datasets mine   # a prepared set: runs/data/mine/
+    python bench/learning_curve.py --datasets bbc --sizes all --save-predictions   # then bench/error_overlap.py
 
 ``--data-root DIR`` reads each set from ``DIR/NAME/`` as `masdr data prepare` writes it (taxonomy.yaml,
 train/val/test.jsonl: train+val is the pool, test the test split) instead of fetching it: your own
@@ -136,6 +137,8 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
         pred = run_setfit(xtr, ytr, xte)
     else:
         raise ValueError(system)
+    if ctx.get("save_predictions"):  # per query, for bench/error_overlap.py
+        extra["predictions"] = [str(p) for p in pred]
     return {**scores(yte, pred, labels), "train_s": round(time.perf_counter() - t0, 1), **extra}
 
 
@@ -168,6 +171,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--data-root", type=Path, default=None,
                     help="read each set from DATA_ROOT/NAME/ (a prepared data set) instead of fetching it")
     ap.add_argument("--out", type=Path, default=Path("bench/results/learning_curve.json"))
+    ap.add_argument("--save-predictions", action="store_true",
+                    help="keep every system's test predictions (and the test queries) for bench/error_overlap.py")
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="only merge these results (several sample seeds are averaged) into a markdown table")
     args = ap.parse_args(argv)
@@ -193,7 +198,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in args.datasets:
         taxonomy, pool, test = load_pool(name, args)
         ctx = {"embedder": emb, "test_embeddings": emb.encode([q.query for q in test], batch_size=64),
-               "overrides": parse_overrides(args.set)}
+               "overrides": parse_overrides(args.set), "save_predictions": args.save_predictions}
+        if args.save_predictions:
+            report.setdefault("test", {})[name] = [{"query": q.query, "scope": q.scope} for q in test]
         for size in args.sizes:
             n = None if size == "all" else int(size)
             train = sample_per_scope(pool, n, args.seed)
@@ -206,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     result = {"error": f"{type(e).__name__}: {e}"[:500]}
                 row = {"dataset": name, "size": size, "seed": args.seed, "n_train": len(train), "n_test": len(test),
                        "system": system, **result}
-                print(json.dumps(row), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k != "predictions"}), flush=True)
                 report["results"].append(row)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 tmp = args.out.with_suffix(".tmp")  # a killed run keeps the cells it finished
