@@ -63,6 +63,9 @@ def overlap(gold: list[str], preds: dict[str, list[str]], reference: str = "defa
                                                  for i in range(n))
         out["reference_right_others_wrong"] = sum(right[reference][i] and not any(right[s][i] for s in others)
                                                   for i in range(n)) if others else 0
+        # per baseline, the discordant pairs: (reference right and it wrong, reference wrong and it right)
+        out["discordant"] = {s: [sum(right[reference][i] and not right[s][i] for i in range(n)),
+                                 sum(right[s][i] and not right[reference][i] for i in range(n))] for s in others}
     return out
 
 
@@ -101,8 +104,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print("\n".join(lines))
     for o in cells:
         if args.examples and o["nobody_right_examples"]:
-            print(f"\n{o['dataset']} {o['size']} (sample {o['seed']}): {args.examples} of the "
-                  f"{o['nobody_right']} test queries no system routes (label -> the systems' majority answer)")
+            print(f"\n{o['dataset']} {o['size']} (sample {o['seed']}): {min(args.examples, o['nobody_right'])} "
+                  f"of the {o['nobody_right']} test queries no system routes (label -> the systems' majority "
+                  f"answer); default right / wrong where each baseline is wrong / right: "
+                  + ", ".join(f"{s} {a}/{b}" for s, (a, b) in o.get("discordant", {}).items()))
             for ex in o["nobody_right_examples"][:args.examples]:
                 print(f"  [{ex['scope']} -> {ex['majority']}] {ex['query']}")
     if args.out:
