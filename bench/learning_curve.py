@@ -10,6 +10,8 @@ its training sample. Scores are top-1 macro-F1 and accuracy on the test queries.
 
 Systems:
 - ``default``  : `masdr train` with the default TrainConfig
+- ``corpus``   : `masdr train --corpus`: the default plus pseudo-queries from the set's corpus (`synth-queries`'
+                 rule extractors, ``--corpus-per-scope`` a scope, the test queries held out) at ``corpus_weight``
 - ``legacy``   : the previous default (holdout split, random head, no probe guard, 12 epochs)
 - ``probe``    : logistic regression on frozen MiniLM features (C by 3-fold CV)
 - ``tfidf-lr`` : TF-IDF (1-2 grams) + logistic regression (C by 3-fold CV)
@@ -51,7 +53,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import numpy as np
 
-SYSTEMS = ("default", "legacy", "probe", "tfidf-lr", "centroid", "setfit")
+SYSTEMS = ("default", "legacy", "corpus", "probe", "tfidf-lr", "centroid", "setfit")
 SETFIT_ITERATIONS = 20
 LEGACY = {"regime": "holdout", "head_init": "random", "keep_probe": False, "min_steps": 0}
 
@@ -93,15 +95,17 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
     xte, yte = [q.query for q in test], [q.scope for q in test]
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
-    if system in ("default", "legacy"):
+    if system in ("default", "legacy", "corpus"):
         from masdr_router import TrainConfig, train_router
 
         cfg = TrainConfig.from_dict({**TrainConfig().to_dict(), "progress": False,
                                      **(LEGACY if system == "legacy" else {}), **ctx["overrides"]})
-        res = train_router(taxonomy, train, None, cfg)
+        pseudo = ctx["pseudo"]() if system == "corpus" else []
+        res = train_router(taxonomy, train, None, cfg, pseudo=pseudo)
         pred = res.router.predict(xte)
         sel = res.extra["selection"]
         extra = {"regime": res.extra["regime"], "model": sel["model"], "best_epoch": res.best_epoch,
+                 "n_pseudo": len(pseudo), "corpus_weight": cfg.corpus_weight if pseudo else None,
                  "contrastive_steps": (sel.get("contrastive") or {}).get("contrastive_steps", 0),
                  "contrastive_weights": (sel.get("contrastive") or {}).get("contrastive_weights"),
                  # how the epochs were chosen (best / one_se / budget) and the WiSE-FT weight exported
@@ -164,13 +168,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", nargs="+", default=["bbc", "composite"])
     ap.add_argument("--sizes", nargs="+", default=["8", "16", "32", "64", "all"])
-    ap.add_argument("--systems", nargs="+", default=[s for s in SYSTEMS if s != "setfit"], choices=SYSTEMS)
+    ap.add_argument("--systems", nargs="+", choices=SYSTEMS,
+                    default=[s for s in SYSTEMS if s not in ("setfit", "corpus")])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-docs-per-scope", type=int, default=None, help="subsample the data sets (e.g. 20ng)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="TrainConfig override")
     ap.add_argument("--data-root", type=Path, default=None,
                     help="read each set from DATA_ROOT/NAME/ (a prepared data set) instead of fetching it")
     ap.add_argument("--out", type=Path, default=Path("bench/results/learning_curve.json"))
+    ap.add_argument("--corpus-per-scope", type=int, default=1000,
+                    help="system 'corpus': pseudo-queries a scope (synth-queries' per_scope; fewer train faster)")
     ap.add_argument("--save-predictions", action="store_true",
                     help="keep every system's test predictions (and the test queries) for bench/error_overlap.py")
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
@@ -198,7 +205,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in args.datasets:
         taxonomy, pool, test = load_pool(name, args)
         ctx = {"embedder": emb, "test_embeddings": emb.encode([q.query for q in test], batch_size=64),
-               "overrides": parse_overrides(args.set), "save_predictions": args.save_predictions}
+               "overrides": parse_overrides(args.set), "save_predictions": args.save_predictions,
+               "pseudo": lambda name=name, test=test: corpus_pseudo(name, test, args)}
         if args.save_predictions:
             report.setdefault("test", {})[name] = [{"query": q.query, "scope": q.scope} for q in test]
         for size in args.sizes:
@@ -238,6 +246,20 @@ def load_pool(name: str, args: argparse.Namespace) -> tuple[Any, list[Any], list
     ds = load_dataset(name, max_docs_per_scope=args.max_docs_per_scope, seed=0)
     split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
     return ds.taxonomy, split["train"] + split["val"], split["test"]
+
+
+def corpus_pseudo(name: str, test: list[Any], args: argparse.Namespace) -> list[Any]:
+    """Pseudo-queries from a built-in set's corpus, none leaking a test query (as `masdr train
+    --corpus` makes them with ``--test``); the pool's queries may coincide with some of them, as
+    a user's labelled queries may with their own corpus."""
+    from masdr_router.datasets import load_dataset
+    from masdr_router.querygen import SynthConfig, synthesize_queries
+
+    if args.data_root is not None:
+        raise SystemExit("error: system 'corpus' needs a built-in set's documents, not --data-root")
+    ds = load_dataset(name, max_docs_per_scope=args.max_docs_per_scope, seed=0)
+    return synthesize_queries(ds.taxonomy, ds.documents, config=SynthConfig(per_scope=args.corpus_per_scope),
+                              held_out=test).queries
 
 
 def merge(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -297,7 +319,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
                 row["+centroid"] = cf
         systems = {s for row in seeds.values() for s in row}
         cells[key] = {s: seed_mean([row[s] for row in seeds.values() if s in row]) for s in systems}
-    baselines = [s for s in SYSTEMS if s not in ("default", "legacy")]
+    baselines = [s for s in SYSTEMS if s not in ("default", "legacy", "corpus")]
     order = {"8": 0, "16": 1, "32": 2, "64": 3, "all": 4}
     out = ["| set | per scope (n) | default: macro-F1 (acc), time, model | " + " | ".join(baselines)
            + " | default − best baseline | +centroid |", "|" + "---|" * (len(baselines) + 5)]

@@ -1,0 +1,139 @@
+"""Does the corpus help a router that has few labelled queries, and at what weight?
+
+`masdr train --corpus C` mixes pseudo-queries made from the corpus (`masdr synth-queries`) into the
+labelled queries, each weighing ``corpus_weight`` in the loss (0.1 since this measurement; it was
+0.3). Fine-tuning with them costs a full training per cell (hours on 2 CPU cores across sets and
+sizes), so this measures the mixing where it is cheap and exact: the router's own linear probe
+(``fit_probe``, the head the default starts from and its guard's candidate, which sees the pseudo-
+queries the same way) on frozen MiniLM embeddings, on the learning curve's samples (same pools, test
+splits and per-scope draws as ``bench/learning_curve.py``), at 8, 16, 32, 64 and all labelled
+queries per scope, for several weights, against the labelled queries alone and the corpus alone.
+
+Two kinds of pseudo-queries, both with the test queries held out (contamination check):
+- ``all``: every rule extractor, `synth-queries`' default (titles, headings, lead sentences,
+  keyphrases). On these development sets the queries *are* document titles or headings, so the
+  titles of the labelled pool's documents equal pool queries: the corpus then hands out labels the
+  sample did not draw, which overstates what a real corpus gives.
+- ``lead+keyphrase``: no titles or headings, so no pseudo-query is a pool query's own text; the
+  conservative estimate.
+
+    python bench/corpus_mix.py --datasets bbc composite 20ng django-docs sqlalchemy-docs --seeds 0 1 2
+    python bench/corpus_mix.py --datasets bbc --sizes 8 32 --weights 0.1 0.3 1 --out runs/corpus_mix.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np
+from learning_curve import sample_per_scope, scores
+
+KINDS = {"all": None, "lead+keyphrase": ["lead", "keyphrase"]}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=["bbc", "composite", "20ng", "django-docs", "sqlalchemy-docs"])
+    ap.add_argument("--sizes", nargs="+", default=["8", "16", "32", "64", "all"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--weights", nargs="+", type=float, default=[0.1, 0.3, 1.0],
+                    help="corpus_weight values: one pseudo-query's weight, a labelled query weighing 1")
+    ap.add_argument("--per-scope", type=int, default=1000, help="pseudo-queries per scope (synth-queries' default)")
+    ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/corpus_mix.json"))
+    args = ap.parse_args(argv)
+
+    from masdr_router import Embedder
+    from masdr_router.datasets import load_dataset
+    from masdr_router.datasets.splits import stratified_split
+    from masdr_router.querygen import SynthConfig, synthesize_queries
+    from masdr_router.training.probe import fit_probe
+
+    emb = Embedder("minilm", device="cpu", max_length=64)
+    rows: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    for name in args.datasets:
+        # the learning curve's pools and test splits (20 Newsgroups at 100 posts per group, as there)
+        ds = load_dataset(name, max_docs_per_scope=100 if name == "20ng" else None, seed=0)
+        split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
+        pool, test = split["train"] + split["val"], split["test"]
+        labels = ds.taxonomy.names
+        index = {lab: i for i, lab in enumerate(labels)}
+        pool_x = emb.encode([q.query for q in pool], batch_size=64)
+        test_x = emb.encode([q.query for q in test], batch_size=64)
+        row_of = {id(q): i for i, q in enumerate(pool)}
+        gold = [q.scope for q in test]
+        corpus: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for kind in args.kinds:
+            res = synthesize_queries(ds.taxonomy, ds.documents, held_out=test,
+                                     config=SynthConfig(per_scope=args.per_scope, methods=KINDS[kind]
+                                                        or SynthConfig().methods))
+            corpus[kind] = (emb.encode([q.query for q in res.queries], batch_size=64),
+                            np.array([index[q.scope] for q in res.queries]))
+            print(f"{name}: {len(res.queries)} pseudo-queries ({kind})", flush=True)
+
+        def score(x: np.ndarray, y: np.ndarray, w: np.ndarray | None, labels: list[str] = labels,
+                  test_x: np.ndarray = test_x, gold: list[str] = gold) -> dict[str, float]:
+            probe = fit_probe(x, y, len(labels), sample_weight=w)
+            return scores(gold, [labels[i] for i in probe.logits(test_x).argmax(1)], labels)
+
+        for kind, (cx, cy) in corpus.items():
+            rows.append({"dataset": name, "kind": kind, "size": "0", "seed": 0, "n_labelled": 0,
+                         "n_pseudo": len(cy), "weight": 1.0, **score(cx, cy, None)})
+        for size in args.sizes:
+            for seed in args.seeds:
+                sample = sample_per_scope(pool, None if size == "all" else int(size), seed)
+                x = pool_x[[row_of[id(q)] for q in sample]]
+                y = np.array([index[q.scope] for q in sample])
+                base = {"dataset": name, "size": size, "seed": seed, "n_labelled": len(sample)}
+                alone = {**base, "kind": "none", "n_pseudo": 0, "weight": 0.0, **score(x, y, None)}
+                rows.append(alone)
+                for kind, (cx, cy) in corpus.items():
+                    for w in args.weights:
+                        sw = np.concatenate([np.ones(len(y)), np.full(len(cy), w)])
+                        rows.append({**base, "kind": kind, "n_pseudo": len(cy), "weight": w,
+                                     **score(np.concatenate([x, cx]), np.concatenate([y, cy]), sw)})
+                mixed = rows[-len(corpus) * len(args.weights):]
+                print(f"{name} {size} seed {seed}: labelled only {alone['macro_f1']:.3f}, with the corpus "
+                      + ", ".join(f"{r['kind']}@{r['weight']:g} {r['macro_f1']:.3f}" for r in mixed), flush=True)
+    report = {"per_scope": args.per_scope, "seeds": args.seeds, "weights": args.weights,
+              "seconds": round(time.perf_counter() - t_start, 1), "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(table(rows, args.weights, args.kinds))
+    return report
+
+
+def table(rows: list[dict[str, Any]], weights: list[float], kinds: list[str]) -> str:
+    """Mean test macro-F1 over the sample seeds: labelled only, then each kind at each weight
+    (its difference to labelled only), and the corpus alone."""
+    def mean(**match: Any) -> float | None:
+        vals = [r["macro_f1"] for r in rows if all(r.get(k) == v for k, v in match.items())]
+        return float(np.mean(vals)) if vals else None
+
+    cols = [(k, w) for k in kinds for w in weights]
+    out = ["| set | per scope | labelled only | " + " | ".join(f"+ {k} at {w:g}" for k, w in cols) + " |",
+           "|" + "---|" * (3 + len(cols))]
+    sets = list(dict.fromkeys(r["dataset"] for r in rows))
+    for ds in sets:
+        alone = " / ".join(f"{k} {mean(dataset=ds, kind=k, size='0'):.3f}" for k in kinds)
+        out.append(f"| {ds} | 0 (corpus alone) | – | {alone} |" + " |" * (len(cols) - 1))
+        for size in dict.fromkeys(r["size"] for r in rows if r["dataset"] == ds and r["size"] != "0"):
+            none = mean(dataset=ds, size=size, kind="none")
+            cells = [mean(dataset=ds, size=size, kind=k, weight=w) for k, w in cols]
+            out.append(f"| {ds} | {size} | {none:.3f} | " + " | ".join(
+                f"{c:.3f} ({c - none:+.3f})" for c in cells) + " |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
