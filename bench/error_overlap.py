@@ -17,24 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from learning_curve import scores  # the metric the learning-curve table reports
+
 
 def macro_f1(gold: list[str], pred: list[str]) -> float:
-    """Macro-F1 over the gold labels.
-
-    >>> round(macro_f1(["a", "a", "b"], ["a", "b", "b"]), 3)
-    0.667
-    """
-    scores = []
-    for label in sorted(set(gold)):
-        tp = sum(g == p == label for g, p in zip(gold, pred, strict=True))
-        fp = sum(p == label != g for g, p in zip(gold, pred, strict=True))
-        fn = sum(g == label != p for g, p in zip(gold, pred, strict=True))
-        scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
-    return sum(scores) / len(scores)
+    return scores(gold, pred, sorted(set(gold)))["macro_f1"]
 
 
 def overlap(gold: list[str], preds: dict[str, list[str]], reference: str = "default") -> dict[str, Any]:
@@ -47,15 +41,16 @@ def overlap(gold: list[str], preds: dict[str, list[str]], reference: str = "defa
     n = len(gold)
     right = {s: [p == g for p, g in zip(pred, gold, strict=True)] for s, pred in preds.items()}
     nobody = [i for i in range(n) if not any(r[i] for r in right.values())]
+    unrouted = set(nobody)
     # the oracle answers right wherever some system does, and otherwise the majority's wrong answer
-    oracle = [gold[i] if i not in set(nobody) else Counter(p[i] for p in preds.values()).most_common(1)[0][0]
+    oracle = [gold[i] if i not in unrouted else Counter(p[i] for p in preds.values()).most_common(1)[0][0]
               for i in range(n)]
     out: dict[str, Any] = {
         "n_test": n, "systems": sorted(preds),
         "errors": {s: n - sum(r) for s, r in right.items()},
-        "macro_f1": {s: round(macro_f1(gold, p), 4) for s, p in preds.items()},
+        "macro_f1": {s: macro_f1(gold, p) for s, p in preds.items()},
         "nobody_right": len(nobody), "nobody_right_share": round(len(nobody) / n, 4),
-        "oracle_macro_f1": round(macro_f1(gold, oracle), 4), "oracle_accuracy": round(1 - len(nobody) / n, 3),
+        "oracle_macro_f1": macro_f1(gold, oracle), "oracle_accuracy": round(1 - len(nobody) / n, 3),
         "nobody_right_rows": nobody}
     if reference in right:
         others = [s for s in right if s != reference]

@@ -39,6 +39,7 @@ head predicts exactly what the ``centroid`` baseline predicts (tests/test_traini
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -183,6 +184,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="only merge these results (several sample seeds are averaged) into a markdown table")
     args = ap.parse_args(argv)
+    if args.data_root is not None and "corpus" in args.systems:
+        ap.error("system 'corpus' needs a built-in set's documents, not --data-root")
     if args.report:
         reports = [json.loads(f.read_text()) for f in args.report]
         rows = merge([[{"seed": rep["seed"], **r} for r in rep["results"]] for rep in reports])
@@ -206,7 +209,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         taxonomy, pool, test = load_pool(name, args)
         ctx = {"embedder": emb, "test_embeddings": emb.encode([q.query for q in test], batch_size=64),
                "overrides": parse_overrides(args.set), "save_predictions": args.save_predictions,
-               "pseudo": lambda name=name, test=test: corpus_pseudo(name, test, args)}
+               "pseudo": lambda name=name: list(corpus_pseudo(name, args.max_docs_per_scope, args.corpus_per_scope))}
         if args.save_predictions:
             report.setdefault("test", {})[name] = [{"query": q.query, "scope": q.scope} for q in test]
         for size in args.sizes:
@@ -234,8 +237,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def load_pool(name: str, args: argparse.Namespace) -> tuple[Any, list[Any], list[Any]]:
     """``(taxonomy, labelled pool, test queries)`` of one set: fetched, or read from ``--data-root``."""
     from masdr_router.data import read_queries
-    from masdr_router.datasets import load_dataset
-    from masdr_router.datasets.splits import stratified_split
     from masdr_router.taxonomy import Taxonomy
 
     if args.data_root is not None:
@@ -243,23 +244,31 @@ def load_pool(name: str, args: argparse.Namespace) -> tuple[Any, list[Any], list
         taxonomy = Taxonomy.from_yaml(d / "taxonomy.yaml")
         pool = read_queries(d / "train.jsonl", taxonomy) + read_queries(d / "val.jsonl", taxonomy)
         return taxonomy, pool, read_queries(d / "test.jsonl", taxonomy)
-    ds = load_dataset(name, max_docs_per_scope=args.max_docs_per_scope, seed=0)
-    split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
-    return ds.taxonomy, split["train"] + split["val"], split["test"]
+    ds, pool, test = load_builtin(name, args.max_docs_per_scope)
+    return ds.taxonomy, pool, test
 
 
-def corpus_pseudo(name: str, test: list[Any], args: argparse.Namespace) -> list[Any]:
-    """Pseudo-queries from a built-in set's corpus, none leaking a test query (as `masdr train
-    --corpus` makes them with ``--test``); the pool's queries may coincide with some of them, as
-    a user's labelled queries may with their own corpus."""
+def load_builtin(name: str, max_docs_per_scope: int | None) -> tuple[Any, list[Any], list[Any]]:
+    """``(dataset, labelled pool, test queries)`` of a built-in set: the split every bench script
+    shares (seeded, stratified 70/10/20; train+val is the pool)."""
     from masdr_router.datasets import load_dataset
+    from masdr_router.datasets.splits import stratified_split
+
+    ds = load_dataset(name, max_docs_per_scope=max_docs_per_scope, seed=0)
+    split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
+    return ds, split["train"] + split["val"], split["test"]
+
+
+@functools.cache
+def corpus_pseudo(name: str, max_docs_per_scope: int | None, per_scope: int) -> tuple[Any, ...]:
+    """Pseudo-queries from a built-in set's corpus, none leaking a test query (as `masdr train
+    --corpus` makes them with ``--test``), made once per set; the pool's queries may coincide with
+    some of them, as a user's labelled queries may with their own corpus."""
     from masdr_router.querygen import SynthConfig, synthesize_queries
 
-    if args.data_root is not None:
-        raise SystemExit("error: system 'corpus' needs a built-in set's documents, not --data-root")
-    ds = load_dataset(name, max_docs_per_scope=args.max_docs_per_scope, seed=0)
-    return synthesize_queries(ds.taxonomy, ds.documents, config=SynthConfig(per_scope=args.corpus_per_scope),
-                              held_out=test).queries
+    ds, _, test = load_builtin(name, max_docs_per_scope)
+    return tuple(synthesize_queries(ds.taxonomy, ds.documents, config=SynthConfig(per_scope=per_scope),
+                                    held_out=test).queries)
 
 
 def merge(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
