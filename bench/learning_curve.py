@@ -253,9 +253,11 @@ def load_pool(name: str, args: argparse.Namespace) -> tuple[Any, list[Any], list
     return ds.taxonomy, pool, test
 
 
+@functools.cache
 def load_builtin(name: str, max_docs_per_scope: int | None) -> tuple[Any, list[Any], list[Any]]:
     """``(dataset, labelled pool, test queries)`` of a built-in set: the split every bench script
-    shares (seeded, stratified 70/10/20; train+val is the pool)."""
+    shares (seeded, stratified 70/10/20; train+val is the pool). Loaded once per process: the pool,
+    the corpus system and ``device_pack.py`` read the same set (callers never modify it)."""
     from masdr_router.datasets import load_dataset
     from masdr_router.datasets.splits import stratified_split
 
