@@ -630,6 +630,37 @@ def test_the_contrastive_stage_pulls_a_scope_s_queries_together_and_the_head_sta
     assert not np.allclose(run.predict_logits(data.ids, data.mask), frozen_probe.logits(data.features), atol=1e-1)
 
 
+def test_contrastive_rows_labelled_pairs_the_labelled_queries_and_classification_keeps_the_pseudo_queries(
+        bbc_queries, minilm):
+    """With contrastive_rows: labelled the stage pairs only the labelled queries, so a few of them and
+    hundreds of pseudo-queries make a short stage; the pseudo-queries still train the head. When every
+    training query is a pseudo-query (a cold start), the stage pairs them all."""
+    from masdr_router.training.trainer import build_run, encode
+
+    tax, qs = bbc_queries
+    path, tok, frozen = minilm
+    labelled, pseudo = qs[::6], [q for i, q in enumerate(qs) if i % 6][:30]  # every scope in each
+    def config(rows):  # an uncapped stage with few pairs a query, so its length counts the paired queries
+        return TrainConfig(**{**SMALL, "contrastive_max_steps": 600, "contrastive_iterations": 1,
+                              "contrastive_batch_size": 4, "contrastive_rows": rows})
+
+    steps = {}
+    for rows in ("all", "labelled"):
+        cfg = config(rows)
+        data = encode(cfg, tax.names, labelled, tok, frozen) + encode(cfg, tax.names, pseudo, tok, frozen,
+                                                                      weight=0.1, pseudo=True)
+        run = build_run(cfg, tax.names, path, tok, data, None, key="t", epochs=1, contrastive=True)
+        steps[rows] = run.contrastive["contrastive_steps"]
+        assert run.contrastive["contrastive_queries"] == {"all": 40, "labelled": 10}[rows]  # for the model card
+        assert len(run.train[0]) == 40  # classification trains on every row either way
+    # SetFit's sampling: 2 x iterations x n pairs, 4 a batch
+    assert steps == {"all": 2 * 40 // 4, "labelled": 2 * 10 // 4}
+    cfg = config("labelled")
+    cold = encode(cfg, tax.names, pseudo, tok, frozen, pseudo=True)
+    assert build_run(cfg, tax.names, path, tok, cold, None, key="t", epochs=1,
+                     contrastive=True).contrastive["contrastive_steps"] == 2 * 30 // 4
+
+
 def test_contrastive_pairs_cover_every_pair_before_repeating_one():
     """SetFit's sampling: all unordered pairs (a query with itself too), same-scope and other-scope
     lists cycled to iterations x n each and interleaved."""
@@ -863,12 +894,13 @@ def test_a_pseudo_query_weighs_corpus_weight_in_the_loss():
     from masdr_router.training.trainer import Encoded
 
     a = Encoded(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3), torch.tensor([0, 1]), np.zeros((2, 4)),
-                torch.ones(2))
+                torch.ones(2), torch.zeros(2, dtype=torch.bool))
     b = Encoded(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3), torch.tensor([1]), np.ones((1, 4)),
-                torch.full((1,), 0.3))
+                torch.full((1,), 0.3), torch.ones(1, dtype=torch.bool))
     both = a + b
     assert both.weight.tolist() == pytest.approx([1.0, 1.0, 0.3]) and both.features.shape == (3, 4)
     assert both.take(np.array([2])).weight.tolist() == pytest.approx([0.3])
+    assert both.pseudo.tolist() == [False, False, True] and both.take(np.array([2, 0])).pseudo.tolist() == [True, False]
 
 
 def _one_epoch(cfg, tax, qs):

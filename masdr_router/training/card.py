@@ -141,7 +141,9 @@ def selection_line(metrics: dict[str, Any]) -> str:
     within = f" ({'; '.join(noise)}, so the guard kept LoRA)" if noise else ""
     stage = sel.get("contrastive") or {}
     weights = {"all": "all encoder weights", "lora": "the LoRA adapters"}.get(stage.get("contrastive_weights"), "")
-    first = (f"a contrastive stage ({stage['contrastive_steps']} steps of same/other-scope pairs on {weights}, loss "
+    paired = stage.get("contrastive_queries")
+    pairs = f"pairs of {paired} queries" if paired else "pairs"
+    first = (f"a contrastive stage ({stage['contrastive_steps']} steps of same/other-scope {pairs} on {weights}, loss "
              f"{stage['contrastive_loss_first']:.3f} -> {stage['contrastive_loss_last']:.3f}), then "
              if stage.get("contrastive_steps") else "")
     check = sel.get("contrastive_check") or {}

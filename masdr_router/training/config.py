@@ -96,6 +96,10 @@ class TrainConfig(ConfigBase):
     contrastive_weights: Literal["all", "lora"] = field(default="all", metadata={
         "help": "what the contrastive stage tunes: 'all' the encoder's weights (as SetFit does; the artifact "
                 "stores the merged encoder, without a separate adapter), or 'lora' the adapters only"})
+    contrastive_rows: Literal["all", "labelled"] = field(default="all", metadata={
+        "help": "with --corpus and labelled queries: the queries the contrastive stage pairs, 'all' (the "
+                "pseudo-queries too) or 'labelled' (the pseudo-queries join classification only; a few "
+                "labelled queries make a short stage instead of contrastive_max_steps)"})
     contrastive_learning_rate: float | None = field(default=None, metadata={
         "help": "the contrastive stage's peak learning rate (warm-up, then linear decay); null: 2e-5 for all "
                 "weights (SetFit's), 1e-4 for the adapters"})

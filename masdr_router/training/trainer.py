@@ -288,27 +288,29 @@ class Encoded:
     y: torch.Tensor
     features: np.ndarray  # pooled frozen-encoder features (the probe's input)
     weight: torch.Tensor  # per query: 1 for a labelled query, TrainConfig.corpus_weight for a pseudo-query
+    pseudo: torch.Tensor  # per query: whether it is a pseudo-query made from the corpus
 
     def take(self, rows: np.ndarray) -> Encoded:
         import torch
 
         t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        return Encoded(self.ids[t], self.mask[t], self.y[t], self.features[rows], self.weight[t])
+        return Encoded(self.ids[t], self.mask[t], self.y[t], self.features[rows], self.weight[t], self.pseudo[t])
 
     def __add__(self, other: Encoded) -> Encoded:
         import torch
 
         return Encoded(torch.cat([self.ids, other.ids]), torch.cat([self.mask, other.mask]),
                        torch.cat([self.y, other.y]), np.concatenate([self.features, other.features]),
-                       torch.cat([self.weight, other.weight]))
+                       torch.cat([self.weight, other.weight]), torch.cat([self.pseudo, other.pseudo]))
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.ids, self.mask, self.y, self.weight
 
 
 def encode(cfg: TrainConfig, labels: list[str], queries: Sequence[LabelledQuery], tokenizer: Any,
-           encoder: Any, *, weight: float = 1.0) -> Encoded:
-    """Tokenise ``queries`` and compute the frozen ``encoder``'s pooled features for the probe."""
+           encoder: Any, *, weight: float = 1.0, pseudo: bool = False) -> Encoded:
+    """Tokenise ``queries`` and compute the frozen ``encoder``'s pooled features for the probe;
+    ``pseudo`` marks them as pseudo-queries made from the corpus."""
     import torch
 
     from .probe import pooled_features
@@ -317,7 +319,7 @@ def encode(cfg: TrainConfig, labels: list[str], queries: Sequence[LabelledQuery]
     enc = tokenizer(texts, padding="max_length", truncation=True, max_length=cfg.max_length, return_tensors="pt")
     feats = pooled_features(encoder, tokenizer, texts, max_length=cfg.max_length, pooling=cfg.pooling)
     return Encoded(enc["input_ids"], enc["attention_mask"], torch.tensor([labels.index(q.scope) for q in queries]),
-                   feats, torch.full((len(queries),), float(weight)))
+                   feats, torch.full((len(queries),), float(weight)), torch.full((len(queries),), pseudo))
 
 
 def use_contrastive(cfg: TrainConfig, regime: str, per_scope: float) -> bool:
@@ -390,10 +392,14 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
         from .probe import fit_probe
 
         model.to(accelerator.device)
-        stage = contrastive_stage(model, train.ids, train.mask, train.y, iterations=cfg.contrastive_iterations,
+        paired = train
+        if cfg.contrastive_rows == "labelled" and not bool(train.pseudo.all()):
+            paired = train.take(np.flatnonzero(~train.pseudo.numpy()))
+        stage = contrastive_stage(model, paired.ids, paired.mask, paired.y, iterations=cfg.contrastive_iterations,
                                   learning_rate=cfg.stage_learning_rate, batch_size=cfg.contrastive_batch_size,
                                   max_steps=cfg.contrastive_max_steps, seed=cfg.seed, device=accelerator.device,
                                   autocast=accelerator.autocast, weights=cfg.contrastive_weights)
+        stage["contrastive_queries"] = len(paired.y)
         log.info("contrastive stage: %d steps, loss %.4f -> %.4f", stage["contrastive_steps"],
                  stage.get("contrastive_loss_first", float("nan")), stage.get("contrastive_loss_last", float("nan")))
         if head_init is not None and stage["contrastive_steps"]:
@@ -665,7 +671,8 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
         tracker = Tracker(cfg, _is_main_process(), run_key(cfg, taxonomy, train, val or []), extra={
             "labels": labels, "device": device, "mixed_precision": mixed_precision, "regime": regime})
         try:
-            extra = encode(cfg, labels, pseudo, tokenizer, frozen, weight=cfg.corpus_weight) if pseudo else None
+            extra = encode(cfg, labels, pseudo, tokenizer, frozen, weight=cfg.corpus_weight,
+                           pseudo=True) if pseudo else None
             if regime == "cv":
                 fitted = _fit_cv(cfg, taxonomy, list(train), base_path, tokenizer, frozen, tracker, ckpt,
                                  on_epoch_end, extra)
