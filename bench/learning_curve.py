@@ -110,6 +110,8 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
                  "n_pseudo": len(pseudo), "corpus_weight": cfg.corpus_weight if pseudo else None,
                  "contrastive_steps": (sel.get("contrastive") or {}).get("contrastive_steps", 0),
                  "contrastive_weights": (sel.get("contrastive") or {}).get("contrastive_weights"),
+                 # how many queries the stage paired (contrastive_rows: the labelled ones, or the pseudo-queries too)
+                 "contrastive_queries": (sel.get("contrastive") or {}).get("contrastive_queries"),
                  # how the epochs were chosen (best / one_se / budget) and the WiSE-FT weight exported
                  "epoch_rule": sel.get("epoch_rule"), "alpha": sel.get("alpha"),
                  # the held-out curve the epoch count was chosen on
