@@ -364,7 +364,8 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
               contrastive: bool = False) -> Run:
     """Encoder + fresh LoRA adapters + head (the probe's weights with ``head_init``), optimizer and
     loss; the adapters' initialisation is drawn from ``cfg.seed`` alone. With ``contrastive`` the
-    encoder first goes through the contrastive stage on ``train``, and a ``head_init`` probe is
+    encoder first goes through the contrastive stage on ``train`` (its labelled queries only, with
+    ``contrastive_rows: labelled``, when pseudo-queries join them), and a ``head_init`` probe is
     refitted on the tuned encoder's features (still LP-FT: the head starts where a probe on the
     encoder it fine-tunes would be)."""
     import torch
