@@ -95,8 +95,10 @@ def run(name: str, size: int, mode: str, seed: int, lr: float | None = None, max
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    from masdr_router.datasets import DATASETS  # --datasets names a built-in set, or argparse says which exist
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=["bbc", "sqlalchemy-docs"])
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=["bbc", "sqlalchemy-docs"])
     ap.add_argument("--sizes", nargs="+", type=int, default=[8, 32])
     ap.add_argument("--modes", nargs="+", default=["none", "lora", "full"], choices=["none", "lora", "full"])
     ap.add_argument("--seed", type=int, default=0)

@@ -42,8 +42,11 @@ KINDS = {"all": None, "lead+keyphrase": ["lead", "keyphrase"]}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from masdr_router.datasets import DATASETS  # --datasets names a built-in set, or argparse says which exist
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=["bbc", "composite", "20ng", "django-docs", "sqlalchemy-docs"])
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS),
+                    default=["bbc", "composite", "20ng", "django-docs", "sqlalchemy-docs"])
     ap.add_argument("--sizes", nargs="+", default=["8", "16", "32", "64", "all"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--weights", nargs="+", type=float, default=[0.1, 0.3, 1.0],

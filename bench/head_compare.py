@@ -24,8 +24,10 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from masdr_router.datasets import DATASETS  # --datasets names a built-in set, or argparse says which exist
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=["bbc", "20ng", "composite"])
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=["bbc", "20ng", "composite"])
     ap.add_argument("--work", type=Path, default=Path("runs/bench"))
     ap.add_argument("--out", type=Path, default=Path("bench/results/head_compare.json"))
     args = ap.parse_args(argv)

@@ -112,8 +112,10 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    from masdr_router.datasets import DATASETS  # --datasets names a built-in set, or argparse says which exist
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=["bbc", "composite"])
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=["bbc", "composite"])
     ap.add_argument("--seed", type=int, default=0, help="TrainConfig.seed: the validation split and the init")
     ap.add_argument("--max-docs-per-scope", type=int, default=None, help="subsample the data sets (e.g. 20ng)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/holdout_epochs.json"))

@@ -169,8 +169,10 @@ def run_setfit(xtr: list[str], ytr: list[str], xte: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from masdr_router.datasets import DATASETS  # --datasets names a built-in set, or argparse says which exist
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=["bbc", "composite"])
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=["bbc", "composite"])
     ap.add_argument("--sizes", nargs="+", default=["8", "16", "32", "64", "all"])
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS,
                     default=[s for s in SYSTEMS if s not in ("setfit", "corpus")])

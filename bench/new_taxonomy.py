@@ -197,8 +197,11 @@ def part_coldstart(ds: Any, split: dict[str, list[Any]], work: Path, cfg: Any,
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from masdr_router.datasets import DATASETS  # --datasets names a built-in set, or argparse says which exist
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=["bbc", "20ng", "composite", "django-docs", "sqlalchemy-docs"])
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS),
+                    default=["bbc", "20ng", "composite", "django-docs", "sqlalchemy-docs"])
     ap.add_argument("--parts", nargs="+", default=["retrieval", "coldstart"],
                     choices=["retrieval", "retrieval-small", "retrieval-cv", "coldstart"])
     ap.add_argument("--small-per-scope", type=int, default=32,

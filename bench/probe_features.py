@@ -48,8 +48,11 @@ def predictions(ftr: np.ndarray, ytr: np.ndarray, fte: np.ndarray, n_labels: int
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    from masdr_router.datasets import DATASETS  # --datasets names a built-in set, or argparse says which exist
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=["bbc", "composite", "django-docs", "sqlalchemy-docs", "20ng"])
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS),
+                    default=["bbc", "composite", "django-docs", "sqlalchemy-docs", "20ng"])
     ap.add_argument("--sizes", nargs="+", default=["8", "16", "32", "64", "all"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--out", type=Path, default=Path("bench/results/probe_features.json"))

@@ -245,8 +245,10 @@ def bench_setfit(xtr, ytr, xte, yte, labels, args) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from masdr_router.datasets import DATASETS  # --datasets names a built-in set, or argparse says which exist
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=["bbc", "20ng", "composite"])
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=["bbc", "20ng", "composite"])
     ap.add_argument("--max-docs-per-scope", type=int, nargs="+", default=None,
                     help="one value per data set (0 = all); default: all for bbc/composite, 300 for 20ng")
     ap.add_argument("--set", action="append", default=[], help="TrainConfig override for the LoRA router, k=v")

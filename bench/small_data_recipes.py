@@ -231,8 +231,10 @@ def rule_report(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    from masdr_router.datasets import DATASETS  # --datasets names a built-in set, or argparse says which exist
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--datasets", nargs="+", default=["bbc", "composite"])
+    ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=["bbc", "composite"])
     ap.add_argument("--sizes", nargs="+", type=int, default=[8])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="sample seeds")
     ap.add_argument("--alphas", nargs="+", type=float, default=[0.25, 0.5, 0.75, 1.0])
