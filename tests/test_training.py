@@ -639,7 +639,9 @@ def test_contrastive_rows_labelled_pairs_the_labelled_queries_and_classification
 
     tax, qs = bbc_queries
     path, tok, frozen = minilm
-    labelled, pseudo = qs[::6], [q for i, q in enumerate(qs) if i % 6][:30]  # every scope in each
+    # two labelled queries a scope; the pseudo-queries span three scopes, so a cold start has pairs of both kinds
+    labelled, pseudo = qs[::6], [q for i, q in enumerate(qs) if i % 6][:30]
+
     def config(rows):  # an uncapped stage with few pairs a query, so its length counts the paired queries
         return TrainConfig(**{**SMALL, "contrastive_max_steps": 600, "contrastive_iterations": 1,
                               "contrastive_batch_size": 4, "contrastive_rows": rows})
