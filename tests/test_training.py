@@ -663,6 +663,51 @@ def test_contrastive_rows_labelled_pairs_the_labelled_queries_and_classification
                      contrastive=True).contrastive["contrastive_steps"] == 2 * 30 // 4
 
 
+def test_corpus_per_epoch_sample_draws_a_fresh_share_of_the_pseudo_queries_at_their_expected_weight(
+        bbc_queries, minilm):
+    """With corpus_per_epoch: sample an epoch trains on every labelled query and corpus_weight x N
+    pseudo-queries drawn afresh, each raised to weight 1, so a pseudo-query keeps its expected weight
+    in 1/corpus_weight times fewer rows an epoch; 'all' keeps every row each epoch in the order runs
+    have always drawn, and a cold start trains on all its rows either way."""
+    import torch
+
+    from masdr_router.training.trainer import build_run, encode, train_one_epoch
+
+    tax, qs = bbc_queries
+    path, tok, frozen = minilm
+    labelled, pseudo = qs[::6], [q for i, q in enumerate(qs) if i % 6][:40]  # 10 labelled, 40 pseudo
+
+    def run_for(per_epoch, rows=None):
+        cfg = TrainConfig(**{**SMALL, "corpus_weight": 0.25, "corpus_per_epoch": per_epoch})
+        data = rows or (encode(cfg, tax.names, labelled, tok, frozen)
+                        + encode(cfg, tax.names, pseudo, tok, frozen, weight=0.25, pseudo=True))
+        return build_run(cfg, tax.names, path, tok, data, None, key="t", epochs=2)
+
+    sample = run_for("sample")
+    assert sample.steps_per_epoch == 2  # (10 labelled + 0.25 x 40) rows, 16 a batch
+    drawn = []
+    for epoch in range(2):
+        order, weights = sample.epoch_rows(epoch, torch.Generator().manual_seed(epoch))
+        assert sorted(order[order < 10].tolist()) == list(range(10))  # every labelled query, once
+        pseudo_rows = order[order >= 10]
+        assert len(pseudo_rows) == 10 and len(set(pseudo_rows.tolist())) == 10
+        drawn.append(set(pseudo_rows.tolist()))
+        # weight 1 each: 10 drawn of 40 at weight 1 is 40 x 0.25 in expectation, as with 'all'
+        assert torch.allclose(weights[order], torch.ones(20))
+    assert drawn[0] != drawn[1]  # a fresh sample each epoch
+    train_one_epoch(sample, 0)
+    assert {int(st["step"]) for st in sample.optimizer.state.values()} == {2}  # the epoch's optimizer steps
+
+    every = run_for("all")
+    assert every.steps_per_epoch == 4  # 50 rows
+    order, weights = every.epoch_rows(3, torch.Generator().manual_seed(3))
+    assert order.tolist() == torch.randperm(50, generator=torch.Generator().manual_seed(3)).tolist()
+    assert torch.equal(weights, every.train[3])
+    cfg = TrainConfig(**{**SMALL, "corpus_weight": 0.25, "corpus_per_epoch": "sample"})
+    cold = run_for("sample", encode(cfg, tax.names, pseudo, tok, frozen, pseudo=True))
+    assert cold.steps_per_epoch == 3 and len(cold.epoch_rows(0, torch.Generator().manual_seed(0))[0]) == 40
+
+
 def test_contrastive_pairs_cover_every_pair_before_repeating_one():
     """SetFit's sampling: all unordered pairs (a query with itself too), same-scope and other-scope
     lists cycled to iterations x n each and interleaved."""

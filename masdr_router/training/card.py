@@ -184,6 +184,10 @@ def _data_line(metrics: dict[str, Any]) -> str:
     if not corpus:
         return labelled
     methods = ", ".join(f"{m} {r['kept']}" for m, r in (corpus["report"].get("per_method") or {}).items())
-    return (f"{labelled} + {corpus['n_pseudo']} pseudo-queries made from the corpus `{corpus['path']}` "
-            f"({corpus['report'].get('source', {}).get('corpus_sha256', '')}; {methods or 'by rule'}), each weighing "
-            f"{corpus['weight']:g} in the loss, none leaking the validation or test queries")
+    n, per_epoch = corpus["n_pseudo"], corpus.get("per_epoch", corpus["n_pseudo"])
+    weighing = (f"each weighing {corpus['weight']:g} in the loss" if per_epoch >= n else
+                f"each epoch a fresh sample of {per_epoch} of them at weight 1 (an expected weight of "
+                f"{corpus['weight']:g} each)")
+    return (f"{labelled} + {n} pseudo-queries made from the corpus `{corpus['path']}` "
+            f"({corpus['report'].get('source', {}).get('corpus_sha256', '')}; {methods or 'by rule'}), {weighing}, "
+            "none leaking the validation or test queries")

@@ -112,6 +112,10 @@ class TrainConfig(ConfigBase):
     # queries per scope, +0.032 / +0.024 / +0.009 at 32; 0.1 won 19 of 25 (set, size) cells
     corpus_weight: float = field(default=0.1, metadata={
         "help": "with --corpus: the weight of one pseudo-query in the loss, a labelled query weighing 1"})
+    corpus_per_epoch: Literal["all", "sample"] = field(default="all", metadata={
+        "help": "with --corpus and labelled queries: how the pseudo-queries enter an epoch, 'all' (every one, "
+                "at corpus_weight) or 'sample' (a fresh seeded sample of corpus_weight x their number, at "
+                "weight 1: the same expected weight, 1/corpus_weight times fewer rows an epoch)"})
     # optimisation
     epochs: int = field(default=12, metadata={"help": "epochs (the most, with early stopping or cv)"})
     min_steps: int = field(default=200, metadata={

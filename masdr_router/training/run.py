@@ -64,7 +64,7 @@ def run_training(*, taxonomy: str | Path, train: str | Path | None, out: str | P
     from ..routers.regex import RegexRouter
     from ..taxonomy import Taxonomy
     from .card import model_card
-    from .trainer import train_router
+    from .trainer import pseudo_per_epoch, train_router
 
     cfg = cfg or TrainConfig()
     out = check_output(out, overwrite=overwrite)
@@ -85,6 +85,7 @@ def run_training(*, taxonomy: str | Path, train: str | Path | None, out: str | P
     if corpus is not None:
         pseudo, corpus_info = corpus_queries(tax, corpus, [*(val_q or []), *(test_q or [])], synth)
         corpus_info["weight"] = cfg.corpus_weight if train_q else 1.0
+        corpus_info["per_epoch"] = pseudo_per_epoch(cfg, len(pseudo), len(train_q))
     ckpt = checkpoint_dir_for(out)
     result = train_router(tax, train_q, val_q, cfg, pseudo=pseudo, checkpoint_dir=ckpt, for_retrieval=idx is not None)
     if int(os.environ.get("RANK", "0")) != 0:  # under `accelerate launch`, one process exports

@@ -194,6 +194,26 @@ def epoch_budget(cfg: TrainConfig, n_train: int) -> int:
     return min(max(cfg.epochs, math.ceil(cfg.min_steps / max(steps, 1))), cfg.max_epochs)
 
 
+def pseudo_per_epoch(cfg: TrainConfig, n_pseudo: int, n_labelled: int) -> int:
+    """How many of ``n_pseudo`` pseudo-queries one epoch trains on: all of them (``corpus_per_epoch:
+    all``), or with ``sample`` and labelled queries beside them, ``corpus_weight`` x ``n_pseudo`` drawn
+    afresh each epoch at weight 1, the same expected weight in fewer rows. A cold start (no labelled
+    query) trains on every pseudo-query.
+
+    >>> pseudo_per_epoch(TrainConfig(corpus_per_epoch="sample"), 5000, 40), pseudo_per_epoch(TrainConfig(), 5000, 40)
+    (500, 5000)
+    """
+    if cfg.corpus_per_epoch == "all" or n_pseudo == 0 or n_labelled == 0:
+        return n_pseudo
+    return min(n_pseudo, max(1, round(cfg.corpus_weight * n_pseudo)))
+
+
+def rows_per_epoch(cfg: TrainConfig, n_rows: int, n_pseudo: int) -> int:
+    """The rows one epoch over ``n_rows`` (``n_pseudo`` of them pseudo-queries) trains on: what its
+    step count and epoch budget follow."""
+    return n_rows - n_pseudo + pseudo_per_epoch(cfg, n_pseudo, n_rows - n_pseudo)
+
+
 def resolve_val(train: list[LabelledQuery], val: list[LabelledQuery] | None,
                 cfg: TrainConfig) -> tuple[list[LabelledQuery], list[LabelledQuery]]:
     if val:
@@ -230,11 +250,33 @@ class Run:
     #: weight-space ensemble at ``alpha`` (TrainConfig.alpha)
     start_head: tuple[torch.Tensor, torch.Tensor] | None = None
     alpha: float = 1.0
+    #: per training row, whether it is a pseudo-query (what ``corpus_per_epoch: sample`` draws from)
+    pseudo: torch.Tensor | None = None
 
     @property
     def steps_per_epoch(self) -> int:
-        per_rank = len(self.train[2]) // self.accelerator.num_processes
+        n_pseudo = int(self.pseudo.sum()) if self.pseudo is not None else 0
+        per_rank = rows_per_epoch(self.cfg, len(self.train[2]), n_pseudo) // self.accelerator.num_processes
         return math.ceil(per_rank / self.cfg.batch_size)
+
+    def epoch_rows(self, epoch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(row order, row weights)`` of one epoch: every row in a seeded order, or with
+        ``corpus_per_epoch: sample`` the labelled rows and a fresh sample of pseudo-query rows, whose
+        weight is raised so each pseudo-query keeps its expected weight (corpus_weight)."""
+        import torch
+
+        weights, n = self.train[3], len(self.train[2])
+        n_pseudo = int(self.pseudo.sum()) if self.pseudo is not None else 0
+        take = pseudo_per_epoch(self.cfg, n_pseudo, n - n_pseudo)
+        if take == n_pseudo:  # every row, in the order the runs have always drawn
+            return torch.randperm(n, generator=generator), weights
+        assert self.pseudo is not None
+        pseudo_rows = torch.nonzero(self.pseudo).flatten()
+        drawn = pseudo_rows[torch.randperm(n_pseudo, generator=generator)[:take]]
+        rows = torch.cat([torch.nonzero(~self.pseudo).flatten(), drawn])
+        scaled = weights.clone()
+        scaled[pseudo_rows] *= n_pseudo / take
+        return rows[torch.randperm(len(rows), generator=generator)], scaled
 
     def predict_logits(self, ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
         """The model's logits, as the weight-space ensemble it will be exported as
@@ -426,7 +468,7 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
                class_weight=class_weight.to(accelerator.device), train=train.tensors(),
                val=val.tensors() if val is not None else None, key=key, epochs=epochs, n_trainable=n_trainable,
                n_total=n_total, contrastive=stage, start_head=start_head,
-               alpha=cfg.alpha(bool(stage.get("contrastive_steps"))))
+               alpha=cfg.alpha(bool(stage.get("contrastive_steps"))), pseudo=train.pseudo.clone())
 
 
 def make_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -485,18 +527,17 @@ def train_one_epoch(run: Run, epoch: int) -> float:
     steps = run.steps_per_epoch
     total_steps = steps * run.epochs
     warmup = max(1, int(cfg.warmup_ratio * total_steps))
-    n = len(run.train[2])
     run.model.train()
     torch.manual_seed(cfg.seed * 1000 + epoch)  # dropout masks: a function of (seed, epoch) alone
-    g = torch.Generator().manual_seed(cfg.seed * 7919 + epoch)
-    perm = torch.randperm(n, generator=g)[: (n // world) * world][rank::world]
+    order, weights = run.epoch_rows(epoch, torch.Generator().manual_seed(cfg.seed * 7919 + epoch))
+    perm = order[: (len(order) // world) * world][rank::world]
     total_loss, n_seen = 0.0, 0
     with progress_bar(f"epoch {epoch + 1}/{run.epochs}", steps, enabled=cfg.progress and acc.is_main_process) as bar:
         for b in range(steps):
             idx = perm[b * cfg.batch_size:(b + 1) * cfg.batch_size]
             for group in run.optimizer.param_groups:
                 group["lr"] = lr_at(epoch * steps + b, total_steps, warmup, cfg.learning_rate)
-            ids, mask, y, w = (t[idx].to(acc.device) for t in run.train)
+            ids, mask, y, w = (t[idx].to(acc.device) for t in (*run.train[:3], weights))
             width = int(mask.sum(1).max())  # trim the padding shared by the whole batch: queries are short
             # accumulate(): the optimizer steps (and clips) only on every grad_accumulation_steps-th batch
             with acc.accumulate(run.model):
@@ -781,8 +822,9 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
         tr, key = tr + extra, f"{key}-pseudo{len(extra.y)}"
     probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
                       seed=cfg.seed, sample_weight=tr.weight.numpy(), normalize=cfg.normalize)
-    run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=key,
-                    epochs=epoch_budget(cfg, len(tr.y)), head_init=probe if cfg.head_init == "probe" else None,
+    epochs = epoch_budget(cfg, rows_per_epoch(cfg, len(tr.y), int(tr.pseudo.sum())))
+    run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=key, epochs=epochs,
+                    head_init=probe if cfg.head_init == "probe" else None,
                     contrastive=use_contrastive(cfg, "holdout", len(train_q) / len(labels)))
     state = resume(run, ckpt)
     # 'last' by default: one model's validation macro-F1 jumps by a few points from epoch to epoch
@@ -937,7 +979,8 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     folds = kfold(train, cfg.cv_folds, cfg.seed)
     # every fold trains on (k-1)/k of the data: the same epoch budget as the refit, so an epoch
     # count chosen on the folds means the same amount of training for the final model
-    epochs = epoch_budget(cfg, len(train) + (len(extra.y) if extra is not None else 0))
+    n_extra = len(extra.y) if extra is not None else 0
+    epochs = epoch_budget(cfg, rows_per_epoch(cfg, len(train) + n_extra, n_extra))
     frozen_oof = {k: np.zeros((len(train), len(labels)), dtype=np.float32) for k in ("probe", "centroid")}
     probes = []
     for val_rows in folds:
