@@ -181,9 +181,9 @@ def kfold(queries: Sequence[LabelledQuery], k: int, seed: int) -> list[np.ndarra
 def epoch_budget(cfg: TrainConfig, n_train: int) -> int:
     """``cfg.epochs``, raised for small data until training sees ``cfg.min_steps`` optimizer steps
     (at most ``cfg.max_epochs``): 40 queries make 2 steps an epoch, and 12 epochs of them barely
-    move a head. ``n_train`` counts every row a run trains on, pseudo-queries from the corpus
-    included: 40 labelled queries with 1,500 pseudo-queries make 49 steps an epoch, and raising
-    their budget to 60 epochs would cost 2,900 steps a run instead of 12 epochs' 590.
+    move a head. ``n_train`` counts the rows an epoch trains on (``rows_per_epoch``), pseudo-queries
+    from the corpus included: 40 labelled queries with 1,500 pseudo-queries make 49 steps an epoch,
+    and raising their budget to 60 epochs would cost 2,900 steps a run instead of 12 epochs' 590.
 
     >>> epoch_budget(TrainConfig(), 1441), epoch_budget(TrainConfig(), 320), epoch_budget(TrainConfig(), 40)
     (12, 20, 60)
