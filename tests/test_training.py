@@ -906,8 +906,9 @@ def test_with_an_index_and_no_validation_file_thresholds_are_fitted_out_of_fold(
 
 def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_path):
     from masdr_router import read_queries
+    from masdr_router.training.card import _data_line
     from masdr_router.training.run import run_training
-    from masdr_router.training.trainer import epoch_budget
+    from masdr_router.training.trainer import epoch_budget, rows_per_epoch
 
     cfg = TrainConfig(**{**FAST, "keep_probe": True})
     test = read_queries(bbc_small_dir / "test.jsonl")
@@ -922,17 +923,25 @@ def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_p
     card = (tmp_path / "cold" / "README.md").read_text()
     assert "0 labelled queries + " in card and "pseudo-queries made from the corpus" in card
     # mixed: labelled queries plus pseudo-queries at corpus_weight
-    mixed_cfg = TrainConfig(**{**FAST, "keep_probe": True, "min_steps": 20})
+    # 8 a batch: the few labelled queries and an epoch's rows then make different step counts
+    mixed_cfg = TrainConfig(**{**FAST, "keep_probe": True, "min_steps": 20, "batch_size": 8})
     mixed = run_training(taxonomy=bbc_small_dir / "taxonomy.yaml", train=bbc_small_dir / "train.jsonl",
                          corpus=bbc_small_dir / "corpus.jsonl", val=bbc_small_dir / "val.jsonl",
                          out=tmp_path / "mixed", cfg=mixed_cfg)
     n_labelled = len(read_queries(bbc_small_dir / "train.jsonl"))
     assert mixed["n_labelled"] == n_labelled and mixed["n_train"] == n_labelled + mixed["corpus"]["n_pseudo"]
     assert mixed["corpus"]["weight"] == cfg.corpus_weight
+    # corpus_per_epoch: sample (the default): each epoch trains on corpus_weight x N of the pseudo-queries
+    n_pseudo = mixed["corpus"]["n_pseudo"]
+    assert mixed["corpus"]["per_epoch"] == round(cfg.corpus_weight * n_pseudo) < n_pseudo
     # the small-data epoch budget counts the pseudo-queries' optimizer steps too: a few labelled
     # queries plus hundreds of pseudo-queries are not trained for the few labelled queries' epochs
-    assert len(mixed["history"]) == epoch_budget(mixed_cfg, mixed["n_train"]) < epoch_budget(mixed_cfg, n_labelled)
-    assert f"each weighing {cfg.corpus_weight:g} in the loss" in (tmp_path / "mixed" / "README.md").read_text()
+    per_epoch = rows_per_epoch(mixed_cfg, mixed["n_train"], n_pseudo)
+    assert len(mixed["history"]) == epoch_budget(mixed_cfg, per_epoch) < epoch_budget(mixed_cfg, n_labelled)
+    assert (f"each epoch a fresh sample of {mixed['corpus']['per_epoch']} of them at weight 1 (an expected weight "
+            f"of {cfg.corpus_weight:g} each)") in (tmp_path / "mixed" / "README.md").read_text()
+    every = {**mixed, "corpus": {**mixed["corpus"], "per_epoch": n_pseudo}}  # what corpus_per_epoch: all records
+    assert f"each weighing {cfg.corpus_weight:g} in the loss" in _data_line(every)
 
 
 def test_a_pseudo_query_weighs_corpus_weight_in_the_loss():

@@ -28,9 +28,9 @@ def train(
     overwrite: Annotated[bool, typer.Option(help="replace an existing artifact")] = False,
     corpus: Annotated[Path | None, typer.Option(
         help="corpus JSONL: pseudo-queries made from it (as `masdr synth-queries`, none leaking --val/--test) are "
-             "mixed with the labelled queries at corpus_weight (the contrastive stage pairs the labelled ones only: "
-             "contrastive_rows); without --train they are the training data. Each trains every fold: on CPU, fewer "
-             "a scope (per_scope in --synth-config) train faster")]
+             "mixed with the labelled queries at corpus_weight: each epoch a fresh sample of corpus_weight x their "
+             "number at weight 1 (corpus_per_epoch), in every fold; the contrastive stage pairs the labelled ones only "
+             "(contrastive_rows). Without --train they are the training data")]
     = None,
     synth_config: Annotated[Path | None, typer.Option(help="SynthConfig YAML for --corpus "
                                                              "(configs/synth/default.yaml)")] = None,
