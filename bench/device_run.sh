@@ -18,7 +18,7 @@ SETS=${SETS:-"bbc composite django-docs sqlalchemy-docs 20ng"}
 SIZES=${SIZES:-"all 64 32 16 8"}
 SYSTEMS=${SYSTEMS:-"probe tfidf-lr centroid default setfit"}
 LC_ARGS=${LC_ARGS:-}  # more learning_curve.py arguments, e.g. "--set max_epochs=2" for a smoke test
-# the fine-tuned corpus cells: SYSTEMS="corpus" SIZES="8 16" LC_ARGS="--corpus-per-scope 100" (or 1000; both packed)
+# the fine-tuned corpus cells: SYSTEMS="corpus" SIZES="8 16" (1,000 pseudo-queries a scope; LC_ARGS="--corpus-per-scope 100": 100)
 GPU_CHECK=${GPU_CHECK:-1}  # 0: skip the timing check (it needs the machine to itself: ~a quarter of the budget)
 start=$(date +%s)
 left() { echo $((BUDGET - ($(date +%s) - start))); }

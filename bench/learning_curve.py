@@ -11,7 +11,8 @@ its training sample. Scores are top-1 macro-F1 and accuracy on the test queries.
 Systems:
 - ``default``  : `masdr train` with the default TrainConfig
 - ``corpus``   : `masdr train --corpus`: the default plus pseudo-queries from the set's corpus (`synth-queries`'
-                 rule extractors, ``--corpus-per-scope`` a scope, the test queries held out) at ``corpus_weight``
+                 rule extractors, ``--corpus-per-scope`` a scope, the test queries held out), as TrainConfig mixes them
+                 (``corpus_weight``, ``corpus_per_epoch``)
 - ``legacy``   : the previous default (holdout split, random head, no probe guard, 12 epochs)
 - ``probe``    : logistic regression on frozen MiniLM features (C by 3-fold CV)
 - ``tfidf-lr`` : TF-IDF (1-2 grams) + logistic regression (C by 3-fold CV)
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="read each set from DATA_ROOT/NAME/ (a prepared data set) instead of fetching it")
     ap.add_argument("--out", type=Path, default=Path("bench/results/learning_curve.json"))
     ap.add_argument("--corpus-per-scope", type=int, default=1000,
-                    help="system 'corpus': pseudo-queries a scope (synth-queries' per_scope; fewer train faster)")
+                    help="system 'corpus': pseudo-queries a scope (synth-queries' per_scope, whose default is 1000)")
     ap.add_argument("--save-predictions", action="store_true",
                     help="keep every system's test predictions (and the test queries) for bench/error_overlap.py")
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
