@@ -113,9 +113,9 @@ class TrainConfig(ConfigBase):
     corpus_weight: float = field(default=0.1, metadata={
         "help": "with --corpus: the weight of one pseudo-query in the loss, a labelled query weighing 1"})
     # sample: at 8 labelled queries per scope with ~1,000 pseudo-queries a scope (synth-queries' default)
-    # BBC / composite / SQLAlchemy scored 0.880 / 0.786 / 0.450 macro-F1 in 619 / 854 / 1,123 s on 2 CPU
-    # cores, against 0.882 / 0.756 / 0.383 in 706-1,323 / 1,248 / 1,299 s for 'all' over 100 a scope
-    # (the same rows an epoch); 'all' over 1,000 a scope trains ten times the rows
+    # BBC (two samples) / composite / SQLAlchemy / Django scored 0.880, 0.883 / 0.786 / 0.450 / 0.329
+    # macro-F1 in 619-1,291 s on 2 CPU cores, against 0.882, 0.879 / 0.756 / 0.383 / 0.274 in 706-1,439 s
+    # for 'all' over 100 a scope (the same rows an epoch); 'all' over 1,000 a scope trains ten times the rows
     corpus_per_epoch: Literal["all", "sample"] = field(default="sample", metadata={
         "help": "with --corpus and labelled queries: how the pseudo-queries enter an epoch, 'all' (every one, "
                 "at corpus_weight) or 'sample' (a fresh seeded sample of corpus_weight x their number, at "
