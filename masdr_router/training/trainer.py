@@ -200,8 +200,10 @@ def pseudo_per_epoch(cfg: TrainConfig, n_pseudo: int, n_labelled: int) -> int:
     afresh each epoch at weight 1, the same expected weight in fewer rows. A cold start (no labelled
     query) trains on every pseudo-query.
 
-    >>> pseudo_per_epoch(TrainConfig(corpus_per_epoch="sample"), 5000, 40), pseudo_per_epoch(TrainConfig(), 5000, 40)
+    >>> pseudo_per_epoch(TrainConfig(), 5000, 40), pseudo_per_epoch(TrainConfig(corpus_per_epoch="all"), 5000, 40)
     (500, 5000)
+    >>> pseudo_per_epoch(TrainConfig(), 5000, 0)  # a cold start
+    5000
     """
     if cfg.corpus_per_epoch == "all" or n_pseudo == 0 or n_labelled == 0:
         return n_pseudo
