@@ -243,6 +243,7 @@ class Run:
     class_weight: torch.Tensor  # per label (ones without class weighting)
     train: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # ids, attention mask, labels, weights
     val: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
+    pseudo: torch.Tensor  # per training row, whether it is a pseudo-query (what corpus_per_epoch: sample draws)
     key: str
     epochs: int  # trained
     n_trainable: int
@@ -252,13 +253,11 @@ class Run:
     #: weight-space ensemble at ``alpha`` (TrainConfig.alpha)
     start_head: tuple[torch.Tensor, torch.Tensor] | None = None
     alpha: float = 1.0
-    #: per training row, whether it is a pseudo-query (what ``corpus_per_epoch: sample`` draws from)
-    pseudo: torch.Tensor | None = None
 
     @property
     def steps_per_epoch(self) -> int:
-        n_pseudo = int(self.pseudo.sum()) if self.pseudo is not None else 0
-        per_rank = rows_per_epoch(self.cfg, len(self.train[2]), n_pseudo) // self.accelerator.num_processes
+        rows = rows_per_epoch(self.cfg, len(self.train[2]), int(self.pseudo.sum()))
+        per_rank = rows // self.accelerator.num_processes
         return math.ceil(per_rank / self.cfg.batch_size)
 
     def epoch_rows(self, epoch: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -268,11 +267,10 @@ class Run:
         import torch
 
         weights, n = self.train[3], len(self.train[2])
-        n_pseudo = int(self.pseudo.sum()) if self.pseudo is not None else 0
+        n_pseudo = int(self.pseudo.sum())
         take = pseudo_per_epoch(self.cfg, n_pseudo, n - n_pseudo)
         if take == n_pseudo:  # every row, in the order the runs have always drawn
             return torch.randperm(n, generator=generator), weights
-        assert self.pseudo is not None
         pseudo_rows = torch.nonzero(self.pseudo).flatten()
         drawn = pseudo_rows[torch.randperm(n_pseudo, generator=generator)[:take]]
         rows = torch.cat([torch.nonzero(~self.pseudo).flatten(), drawn])
@@ -468,9 +466,10 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
     return Run(cfg=cfg, labels=labels, device=device, mixed_precision=mp, accelerator=accelerator, model=prepared,
                unwrapped=accelerator.unwrap_model(prepared), tokenizer=tokenizer, optimizer=optimizer,
                class_weight=class_weight.to(accelerator.device), train=train.tensors(),
-               val=val.tensors() if val is not None else None, key=key, epochs=epochs, n_trainable=n_trainable,
+               val=val.tensors() if val is not None else None, pseudo=train.pseudo.clone(), key=key, epochs=epochs,
+               n_trainable=n_trainable,
                n_total=n_total, contrastive=stage, start_head=start_head,
-               alpha=cfg.alpha(bool(stage.get("contrastive_steps"))), pseudo=train.pseudo.clone())
+               alpha=cfg.alpha(bool(stage.get("contrastive_steps"))))
 
 
 def make_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
