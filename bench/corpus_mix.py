@@ -20,6 +20,13 @@ Two kinds of pseudo-queries, both with the test queries held out (contamination 
 
     python bench/corpus_mix.py --datasets bbc composite 20ng django-docs sqlalchemy-docs --seeds 0 1 2
     python bench/corpus_mix.py --datasets bbc --sizes 8 32 --weights 0.1 0.3 1 --out runs/corpus_mix.json
+    python bench/corpus_mix.py --check --weights 0.1 --kinds all   # what corpus_check decides, cell by cell
+
+``--check`` also runs `masdr train`'s ``corpus_check`` on every sample as the trainer would (its regime
+without --val: k folds below ``cv_below`` queries, else the stratified validation split; the probe with
+the pseudo-queries at ``corpus_weight`` against the probe without them on those held-out labelled
+queries), and prints how often it keeps the corpus and the test macro-F1 of its choice against always
+and never mixing the corpus in.
 """
 
 from __future__ import annotations
@@ -53,8 +60,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="corpus_weight values: one pseudo-query's weight, a labelled query weighing 1")
     ap.add_argument("--per-scope", type=int, default=1000, help="pseudo-queries per scope (synth-queries' default)")
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
+    ap.add_argument("--check", action="store_true", help="also run corpus_check on every sample (the default "
+                    "TrainConfig; needs the default corpus_weight among --weights and the 'all' kind)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/corpus_mix.json"))
     args = ap.parse_args(argv)
+    from masdr_router import TrainConfig
+
+    cfg = TrainConfig()
+    if args.check and (cfg.corpus_weight not in args.weights or "all" not in args.kinds):
+        ap.error(f"--check compares against the corpus mixed at corpus_weight {cfg.corpus_weight:g}: "
+                 "give it in --weights and keep the 'all' kind")
 
     from masdr_router import Embedder
     from masdr_router.querygen import SynthConfig, synthesize_queries
@@ -103,6 +118,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         rows.append({**base, "kind": kind, "n_pseudo": len(cy), "weight": w,
                                      **score(np.concatenate([x, cx]), np.concatenate([y, cy]), sw)})
                 mixed = rows[-len(corpus) * len(args.weights):]
+                if args.check:
+                    at = next(r for r in mixed if r["kind"] == "all" and r["weight"] == cfg.corpus_weight)
+                    rows.append({**base, "kind": "check", **check(cfg, sample, x, y, corpus["all"], len(labels)),
+                                 "always": at["macro_f1"], "never": alone["macro_f1"]})
+                    rows[-1]["macro_f1"] = rows[-1]["always"] if rows[-1]["kept"] else rows[-1]["never"]
                 print(f"{name} {size} seed {seed}: labelled only {alone['macro_f1']:.3f}, with the corpus "
                       + ", ".join(f"{r['kind']}@{r['weight']:g} {r['macro_f1']:.3f}" for r in mixed), flush=True)
     report = {"per_scope": args.per_scope, "seeds": args.seeds, "weights": args.weights,
@@ -110,7 +130,50 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print(table(rows, args.weights, args.kinds))
+    if args.check:
+        print(check_table(rows))
     return report
+
+
+def check(cfg: Any, sample: list[Any], x: np.ndarray, y: np.ndarray, pseudo: tuple[np.ndarray, np.ndarray],
+          n_labels: int) -> dict[str, Any]:
+    """``corpus_check`` on one sample, held out as `masdr train` without --val holds it out."""
+    from masdr_router.training.trainer import choose_regime, corpus_verdict, held_out_probes, kfold, resolve_val
+
+    regime, _ = choose_regime(cfg, len(sample), has_val=False)
+    if regime == "cv":
+        splits = [(np.setdiff1d(np.arange(len(sample)), f), f) for f in kfold(sample, cfg.cv_folds, cfg.seed)]
+    else:
+        row = {id(q): i for i, q in enumerate(sample)}
+        tr, va = resolve_val(list(sample), None, cfg)
+        splits = [(np.array([row[id(q)] for q in tr]), np.array([row[id(q)] for q in va]))]
+    held = np.concatenate([h for _, h in splits])
+    extra = (pseudo[0], pseudo[1], np.full(len(pseudo[1]), cfg.corpus_weight))
+    _, with_corpus = held_out_probes(cfg, n_labels, x, y, splits, extra)
+    _, without = held_out_probes(cfg, n_labels, x, y, splits)
+    verdict = corpus_verdict(cfg, y[held], with_corpus[held], without[held], n_labels)
+    return {"regime": regime, **verdict}
+
+
+def check_table(rows: list[dict[str, Any]]) -> str:
+    """Per set and size: how often corpus_check kept the corpus, and the mean test macro-F1 of never
+    mixing it in, always mixing it in, and the check's choice."""
+    checks = [r for r in rows if r["kind"] == "check"]
+    out = ["| set | per scope | kept | never | always | the check's choice | choice − best of the two |",
+           "|---|---|---|---|---|---|---|"]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in checks:
+        groups.setdefault((r["dataset"], r["size"]), []).append(r)
+    for (ds, size), rs in [*groups.items(), *_by_size(checks)]:
+        never, always, chosen = (float(np.mean([r[k] for r in rs])) for k in ("never", "always", "macro_f1"))
+        out.append(f"| {ds} | {size} | {sum(r['kept'] for r in rs)}/{len(rs)} | {never:.3f} | {always:.3f} | "
+                   f"{chosen:.3f} | {chosen - max(never, always):+.3f} |")
+    return "\n".join(out)
+
+
+def _by_size(checks: list[dict[str, Any]]) -> list[tuple[tuple[str, str], list[dict[str, Any]]]]:
+    sizes = dict.fromkeys(r["size"] for r in checks)
+    return [(("all sets", size), [r for r in checks if r["size"] == size]) for size in sizes]
 
 
 def table(rows: list[dict[str, Any]], weights: list[float], kinds: list[str]) -> str:

@@ -906,7 +906,7 @@ def test_with_an_index_and_no_validation_file_thresholds_are_fitted_out_of_fold(
 
 def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_path):
     from masdr_router import read_queries
-    from masdr_router.training.card import _data_line
+    from masdr_router.training.card import data_line
     from masdr_router.training.run import run_training
     from masdr_router.training.trainer import epoch_budget, rows_per_epoch
 
@@ -924,7 +924,8 @@ def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_p
     assert "0 labelled queries + " in card and "pseudo-queries made from the corpus" in card
     # mixed: labelled queries plus pseudo-queries at corpus_weight
     # 8 a batch: the few labelled queries and an epoch's rows then make different step counts
-    mixed_cfg = TrainConfig(**{**FAST, "keep_probe": True, "min_steps": 20, "batch_size": 8})
+    # corpus_check off: this is about how a kept corpus is trained on and recorded (the check has its own test)
+    mixed_cfg = TrainConfig(**{**FAST, "keep_probe": True, "min_steps": 20, "batch_size": 8, "corpus_check": False})
     mixed = run_training(taxonomy=bbc_small_dir / "taxonomy.yaml", train=bbc_small_dir / "train.jsonl",
                          corpus=bbc_small_dir / "corpus.jsonl", val=bbc_small_dir / "val.jsonl",
                          out=tmp_path / "mixed", cfg=mixed_cfg)
@@ -941,7 +942,57 @@ def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_p
     assert (f"each epoch a fresh sample of {mixed['corpus']['per_epoch']} of them at weight 1 (an expected weight "
             f"of {cfg.corpus_weight:g} each)") in (tmp_path / "mixed" / "README.md").read_text()
     every = {**mixed, "corpus": {**mixed["corpus"], "per_epoch": n_pseudo}}  # what corpus_per_epoch: all records
-    assert f"each weighing {cfg.corpus_weight:g} in the loss" in _data_line(every)
+    assert f"each weighing {cfg.corpus_weight:g} in the loss" in data_line(every)
+
+
+@pytest.fixture(scope="module")
+def bbc_100_dir(tmp_path_factory):
+    """100 real BBC articles (20 per desk), saved as `masdr data prepare` writes a set."""
+    from masdr_router.datasets import load_dataset
+
+    out = tmp_path_factory.mktemp("data") / "bbc100"
+    load_dataset("bbc", max_docs_per_scope=20, seed=0).save(out, seed=0)
+    return out
+
+
+def test_corpus_check_leaves_out_a_corpus_that_hurts_and_keeps_one_that_helps(bbc_100_dir, tmp_path):
+    """corpus_check fits the frozen probe with and without the pseudo-queries and scores both on the
+    held-out labelled queries: a corpus whose documents carry the wrong desks (every category moved to
+    the next one, as a broken metadata mapping would) is left out, and the run, its metrics and its card
+    say so; the real corpus with two labelled queries per desk is kept."""
+    from masdr_router import read_queries
+    from masdr_router.training.run import run_training
+
+    docs = [json.loads(line) for line in (bbc_100_dir / "corpus.jsonl").read_text().splitlines()]
+    desks = sorted({d["metadata"]["category"] for d in docs})
+    moved = {desk: desks[(i + 1) % len(desks)] for i, desk in enumerate(desks)}
+    wrong = tmp_path / "wrong_desks.jsonl"
+    wrong.write_text("".join(json.dumps({**d, "metadata": {**d["metadata"], "category": moved[d["metadata"][
+        "category"]]}}) + "\n" for d in docs))
+    cfg = TrainConfig(**{**FAST, "keep_probe": True, "corpus_weight": 1.0})
+    common = {"taxonomy": bbc_100_dir / "taxonomy.yaml", "val": bbc_100_dir / "val.jsonl",
+              "test": bbc_100_dir / "test.jsonl", "cfg": cfg}
+    hurt = run_training(train=bbc_100_dir / "train.jsonl", corpus=wrong, out=tmp_path / "hurt", **common)
+    check = hurt["corpus"]["check"]
+    assert check["kept"] is False and check["without_macro_f1"] > check["with_corpus_macro_f1"]
+    assert hurt["corpus"]["n_pseudo"] > 0 and hurt["n_train"] == hurt["n_labelled"]  # none trained on
+    card = (tmp_path / "hurt" / "README.md").read_text()
+    assert "pseudo-queries made from the corpus" in card and "were left out (corpus_check" in card
+
+    two_each = tmp_path / "two_each.jsonl"
+    train = read_queries(bbc_100_dir / "train.jsonl")
+    few = [q for s in desks for q in [q for q in train if q.scope == s][:2]]
+    two_each.write_text("".join(json.dumps({"query": q.query, "scope": q.scope}) + "\n" for q in few))
+    helped = run_training(train=two_each, corpus=bbc_100_dir / "corpus.jsonl", out=tmp_path / "helped", **common)
+    check = helped["corpus"]["check"]
+    assert check["kept"] is True and check["with_corpus_macro_f1"] > check["without_macro_f1"]
+    assert helped["n_train"] == len(few) + helped["corpus"]["n_pseudo"]
+    card = (tmp_path / "helped" / "README.md").read_text()
+    assert f"{len(few)} labelled queries + {helped['corpus']['n_pseudo']} pseudo-queries" in card
+    # the check off: the same harmful corpus is trained on
+    off = run_training(train=bbc_100_dir / "train.jsonl", corpus=wrong, out=tmp_path / "off",
+                       **{**common, "cfg": TrainConfig(**{**cfg.to_dict(), "corpus_check": False})})
+    assert off["corpus"]["check"] == {} and off["n_train"] == off["n_labelled"] + off["corpus"]["n_pseudo"]
 
 
 def test_a_pseudo_query_weighs_corpus_weight_in_the_loss():

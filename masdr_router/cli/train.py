@@ -30,7 +30,8 @@ def train(
         help="corpus JSONL: pseudo-queries made from it (as `masdr synth-queries`, none leaking --val/--test) are "
              "mixed with the labelled queries at corpus_weight: each epoch a fresh sample of corpus_weight x their "
              "number at weight 1 (corpus_per_epoch), in every fold; the contrastive stage pairs the labelled ones only "
-             "(contrastive_rows). Without --train they are the training data")]
+             "(contrastive_rows). With labelled queries they are left out when the frozen probe scores lower "
+             "with them on the held-out labelled queries (corpus_check). Without --train they are the training data")]
     = None,
     synth_config: Annotated[Path | None, typer.Option(help="SynthConfig YAML for --corpus "
                                                              "(configs/synth/default.yaml)")] = None,
@@ -57,9 +58,11 @@ def train(
                            overwrite=overwrite, index=index, search=search, corpus=corpus, synth=synth)
     if not metrics:  # a non-main process of a distributed run
         return
-    from ..training.card import regime_line, selection_line
+    from ..training.card import data_line, regime_line, selection_line
 
     cal = metrics["calibration"]
+    if metrics.get("corpus"):
+        out.print(f"training data: {data_line(metrics)}")
     out.print(f"trained in {metrics['train_seconds']:.0f} s on {metrics['device']}; regime {metrics['regime']}: "
               f"{regime_line(metrics)}")
     out.print(f"exported model: {selection_line(metrics)}; temperature {cal['temperature']:.2f}, classification "

@@ -61,7 +61,7 @@ def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) ->
         f"modules {', '.join(cfg.target_modules)}; {metrics.get('trainable_params', '?'):,} trainable of "
         f"{metrics.get('total_params', '?'):,} parameters",
         f"- taxonomy fingerprint `{router.taxonomy.fingerprint}`",
-        f"- training data: {_data_line(metrics)}",
+        f"- training data: {data_line(metrics)}",
         f"- trained on {metrics['n_train']} queries in {metrics['train_seconds']:.0f} s on "
         f"{metrics.get('device', '?')}; {regime_line(metrics)}",
         f"- exported model: {selection_line(metrics)}",
@@ -178,7 +178,13 @@ def _threshold_line(router: LoraRouter, metrics: dict[str, Any]) -> str:
             f"{v['p_at_k']:.3f}, R@{fit['k']} {v['r_at_k']:.3f}")
 
 
-def _data_line(metrics: dict[str, Any]) -> str:
+def data_line(metrics: dict[str, Any]) -> str:
+    """What the router was trained on: the labelled queries and, with ``--corpus``, the pseudo-queries
+    made from it (how many, how they were weighed, or why ``corpus_check`` left them out).
+
+    >>> data_line({"n_train": 40, "n_labelled": 40})
+    '40 labelled queries'
+    """
     corpus = metrics.get("corpus") or {}
     labelled = f"{metrics.get('n_labelled', metrics['n_train'])} labelled queries"
     if not corpus:
@@ -188,6 +194,12 @@ def _data_line(metrics: dict[str, Any]) -> str:
     weighing = (f"each weighing {corpus['weight']:g} in the loss" if per_epoch >= n else
                 f"each epoch a fresh sample of {per_epoch} of them at weight 1 (an expected weight of "
                 f"{corpus['weight']:g} each)")
-    return (f"{labelled} + {n} pseudo-queries made from the corpus `{corpus['path']}` "
-            f"({corpus['report'].get('source', {}).get('corpus_sha256', '')}; {methods or 'by rule'}), {weighing}, "
-            "none leaking the validation or test queries")
+    made = (f"{n} pseudo-queries made from the corpus `{corpus['path']}` "
+            f"({corpus['report'].get('source', {}).get('corpus_sha256', '')}; {methods or 'by rule'})")
+    check = corpus.get("check") or {}
+    verdict = (f" (corpus_check: the frozen probe scored macro-F1 {check['with_corpus_macro_f1']:.3f} with them and "
+               f"{check['without_macro_f1']:.3f} without on {check['held_out']} held-out labelled queries)"
+               if check else "")
+    if check and not check["kept"]:
+        return f"{labelled}; the {made} were left out{verdict}"
+    return f"{labelled} + {made}, {weighing}, none leaking the validation or test queries{verdict}"

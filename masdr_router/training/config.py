@@ -120,6 +120,15 @@ class TrainConfig(ConfigBase):
         "help": "with --corpus and labelled queries: how the pseudo-queries enter an epoch, 'all' (every one, "
                 "at corpus_weight) or 'sample' (a fresh seeded sample of corpus_weight x their number, at "
                 "weight 1: the same expected weight, 1/corpus_weight times fewer rows an epoch)"})
+    corpus_check: bool = field(default=True, metadata={
+        "help": "with --corpus and labelled queries: before training, fit the frozen probe with and without the "
+                "pseudo-queries and score both on the held-out labelled queries (out of fold, or the validation "
+                "split); train without the corpus when the probe without it leads by more than "
+                "corpus_check_margin_se (recorded in the card). The corpus helps most with few labelled queries "
+                "and can cost a little with many"})
+    corpus_check_margin_se: float = field(default=0.0, metadata={
+        "help": "corpus_check drops the corpus when the probe without it leads by more than this many bootstrap "
+                "standard errors of the paired difference (0: any lead)"})
     # optimisation
     epochs: int = field(default=12, metadata={"help": "epochs (the most, with early stopping or cv)"})
     min_steps: int = field(default=200, metadata={
@@ -189,7 +198,8 @@ class TrainConfig(ConfigBase):
                  f"must be null or in [0, 1], and 1 unless head_init is 'probe' (a random head is no model to "
                  f"interpolate with), got {self.finetune_alpha}"),
                 *[(k, getattr(self, k) >= 0, f"must be >= 0, got {getattr(self, k)}")
-                  for k in ("guard_margin_se", "contrastive_check_margin_se", "contrastive_check_from")],
+                  for k in ("guard_margin_se", "contrastive_check_margin_se", "contrastive_check_from",
+                            "corpus_check_margin_se")],
                 ("few_shot_alpha", 0 <= self.few_shot_alpha <= 1, f"must be in [0, 1], got {self.few_shot_alpha}"),
                 ("cv_folds", self.cv_folds >= 2, f"must be >= 2, got {self.cv_folds}"),
                 ("corpus_weight", self.corpus_weight > 0, f"must be > 0, got {self.corpus_weight}"),

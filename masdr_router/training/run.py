@@ -90,6 +90,8 @@ def run_training(*, taxonomy: str | Path, train: str | Path | None, out: str | P
     result = train_router(tax, train_q, val_q, cfg, pseudo=pseudo, checkpoint_dir=ckpt, for_retrieval=idx is not None)
     if int(os.environ.get("RANK", "0")) != 0:  # under `accelerate launch`, one process exports
         return {}
+    if corpus_info:
+        corpus_info["check"] = result.extra["selection"].get("corpus_check") or {}
     thresholds = choose_retrieval_thresholds(result, idx, search) if idx is not None else {}
     eval_q = test_q or val_q
     evaluation: dict[str, Any] = {}
