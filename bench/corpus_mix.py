@@ -22,11 +22,10 @@ Two kinds of pseudo-queries, both with the test queries held out (contamination 
     python bench/corpus_mix.py --datasets bbc --sizes 8 32 --weights 0.1 0.3 1 --out runs/corpus_mix.json
     python bench/corpus_mix.py --check --weights 0.1 --kinds all   # what corpus_check decides, cell by cell
 
-``--check`` also runs `masdr train`'s ``corpus_check`` on every sample as the trainer would (its regime
-without --val: k folds below ``cv_below`` queries, else the stratified validation split; the probe with
-the pseudo-queries at ``corpus_weight`` against the probe without them on those held-out labelled
-queries), and prints how often it keeps the corpus and the test macro-F1 of its choice against always
-and never mixing the corpus in.
+``--check`` also runs `masdr train`'s ``corpus_check`` on every sample as the trainer does (k folds over
+the labelled queries; the probe with the pseudo-queries at ``corpus_weight``, less those made from the
+held-out queries' documents, against the probe without them), and prints how often it keeps the
+corpus and the test macro-F1 of its choice against always and never mixing the corpus in.
 """
 
 from __future__ import annotations
@@ -88,12 +87,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         row_of = {id(q): i for i, q in enumerate(pool)}
         gold = [q.scope for q in test]
         corpus: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        made_from: list[tuple[str, ...]] = []  # the 'all' kind's documents, one per pseudo-query
         for kind in args.kinds:
             res = synthesize_queries(ds.taxonomy, ds.documents, held_out=test,
                                      config=SynthConfig(per_scope=args.per_scope, methods=KINDS[kind]
                                                         or SynthConfig().methods))
             corpus[kind] = (emb.encode([q.query for q in res.queries], batch_size=64),
                             np.array([index[q.scope] for q in res.queries]))
+            if kind == "all":
+                made_from = [q.relevant_ids for q in res.queries]
             print(f"{name}: {len(res.queries)} pseudo-queries ({kind})", flush=True)
 
         def score(x: np.ndarray, y: np.ndarray, w: np.ndarray | None, labels: list[str] = labels,
@@ -120,7 +122,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 mixed = rows[-len(corpus) * len(args.weights):]
                 if args.check:
                     at = next(r for r in mixed if r["kind"] == "all" and r["weight"] == cfg.corpus_weight)
-                    rows.append({**base, "kind": "check", **check(cfg, sample, x, y, corpus["all"], len(labels)),
+                    rows.append({**base, "kind": "check", **check(cfg, sample, x, y, corpus["all"], made_from,
+                                                                 len(labels)),
                                  "always": at["macro_f1"], "never": alone["macro_f1"]})
                     rows[-1]["macro_f1"] = rows[-1]["always"] if rows[-1]["kept"] else rows[-1]["never"]
                 print(f"{name} {size} seed {seed}: labelled only {alone['macro_f1']:.3f}, with the corpus "
@@ -136,23 +139,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def check(cfg: Any, sample: list[Any], x: np.ndarray, y: np.ndarray, pseudo: tuple[np.ndarray, np.ndarray],
-          n_labels: int) -> dict[str, Any]:
-    """``corpus_check`` on one sample, held out as `masdr train` without --val holds it out."""
-    from masdr_router.training.trainer import choose_regime, corpus_verdict, held_out_probes, kfold, resolve_val
+          made_from: list[tuple[str, ...]], n_labels: int) -> dict[str, Any]:
+    """``corpus_check`` on one sample as `masdr train` runs it: k folds over the labelled queries, a
+    fold's probe with the corpus trained on the pseudo-queries but those made from its held-out
+    queries' documents."""
+    from masdr_router.training.trainer import corpus_verdict, fold_splits, held_out_probes, kfold
 
-    regime, _ = choose_regime(cfg, len(sample), has_val=False)
-    if regime == "cv":
-        splits = [(np.setdiff1d(np.arange(len(sample)), f), f) for f in kfold(sample, cfg.cv_folds, cfg.seed)]
-    else:
-        row = {id(q): i for i, q in enumerate(sample)}
-        tr, va = resolve_val(list(sample), None, cfg)
-        splits = [(np.array([row[id(q)] for q in tr]), np.array([row[id(q)] for q in va]))]
-    held = np.concatenate([h for _, h in splits])
-    extra = (pseudo[0], pseudo[1], np.full(len(pseudo[1]), cfg.corpus_weight))
-    _, with_corpus = held_out_probes(cfg, n_labels, x, y, splits, extra)
+    splits = fold_splits(kfold(sample, cfg.cv_folds, cfg.seed))
+    extras = []
+    for _, held_rows in splits:
+        docs = {d for r in held_rows for d in sample[r].relevant_ids}
+        keep = np.array([not docs.intersection(ids) for ids in made_from], dtype=bool)
+        extras.append((pseudo[0][keep], pseudo[1][keep], np.full(int(keep.sum()), cfg.corpus_weight)))
+    _, with_corpus = held_out_probes(cfg, n_labels, x, y, splits, extras)
     _, without = held_out_probes(cfg, n_labels, x, y, splits)
-    verdict = corpus_verdict(cfg, y[held], with_corpus[held], without[held], n_labels)
-    return {"regime": regime, **verdict}
+    return corpus_verdict(cfg, y, with_corpus, without, n_labels)
 
 
 def check_table(rows: list[dict[str, Any]]) -> str:
