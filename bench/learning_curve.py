@@ -124,7 +124,9 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
                  # each frozen head's held-out lead over LoRA and its bootstrap SE: what the guard decided on
                  "guard": sel.get("guard"), "guard_margin_se": sel.get("guard_margin_se"),
                  # the contrastive stage cross-validated against the run without it (contrastive_check)
-                 "stage_check": sel.get("contrastive_check") or None}
+                 "stage_check": sel.get("contrastive_check") or None,
+                 # the probe with and without the corpus out of fold, and whether the corpus was kept (corpus_check)
+                 "corpus_check": sel.get("corpus_check") or None}
     elif system == "tfidf-lr":
         from sklearn.feature_extraction.text import TfidfVectorizer
 
