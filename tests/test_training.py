@@ -1010,6 +1010,28 @@ def test_a_pseudo_query_weighs_corpus_weight_in_the_loss():
     assert both.pseudo.tolist() == [False, False, True] and both.take(np.array([2, 0])).pseudo.tolist() == [True, False]
 
 
+def test_a_held_out_query_is_not_scored_against_pseudo_queries_made_from_its_own_document():
+    """A fold trains on the pseudo-queries but those made from its held-out queries' documents, as no
+    pseudo-query is made from a test query's document: otherwise the corpus is scored on its source."""
+    import torch
+
+    from masdr_router.training.trainer import Encoded
+
+    def encoded(docs, pseudo):
+        n = len(docs)
+        return Encoded(torch.zeros(n, 3, dtype=torch.long), torch.ones(n, 3), torch.zeros(n, dtype=torch.long),
+                       np.arange(n, dtype=float)[:, None], torch.ones(n), torch.full((n,), pseudo), docs)
+
+    labelled = encoded((("d1",), ("d2", "d4")), False)
+    corpus = encoded((("d1",), ("d3",), ("d2",), ("d4",)), True)
+    assert corpus.outside(labelled.take(np.array([0]))).docs == (("d3",), ("d2",), ("d4",))
+    kept = corpus.outside(labelled)
+    assert kept.docs == (("d3",),) and kept.features[:, 0].tolist() == [1.0] and kept.pseudo.tolist() == [True]
+    # queries without relevant_ids name no document: nothing to leave out
+    assert corpus.outside(encoded(((), ()), False)).docs == corpus.docs
+    assert (labelled + corpus).docs == labelled.docs + corpus.docs
+
+
 def _one_epoch(cfg, tax, qs):
     """Build a run over ``qs`` and train one epoch; returns the run (the named steps of trainer.py)."""
     from transformers import AutoModel, AutoTokenizer
