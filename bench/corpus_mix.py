@@ -22,10 +22,12 @@ Two kinds of pseudo-queries, both with the test queries held out (contamination 
     python bench/corpus_mix.py --datasets bbc --sizes 8 32 --weights 0.1 0.3 1 --out runs/corpus_mix.json
     python bench/corpus_mix.py --check --weights 0.1 --kinds all   # what corpus_check decides, cell by cell
 
-``--check`` also runs `masdr train`'s ``corpus_check`` on every sample as the trainer does (k folds over
-the labelled queries; the probe with the pseudo-queries at ``corpus_weight``, less those made from the
-held-out queries' documents, against the probe without them), and prints how often it keeps the
-corpus and the test macro-F1 of its choice against always and never mixing the corpus in.
+``--check`` also runs `masdr train`'s ``corpus_check`` on every sample with the trainer's own functions
+(k folds over the labelled queries; the probe with the pseudo-queries at ``corpus_weight``, less those
+made from the held-out queries' documents, against the probe without them) on this bench's MiniLM
+embeddings, and prints how often it keeps the corpus and the test macro-F1 of its choice against
+always and never mixing the corpus in. The trainer's features (its ``max_length``) differ slightly,
+and near a tie the decision can differ with them (SQLAlchemy with all its queries, README).
 """
 
 from __future__ import annotations
