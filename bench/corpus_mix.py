@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         row_of = {id(q): i for i, q in enumerate(pool)}
         gold = [q.scope for q in test]
         corpus: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        made_from: list[tuple[str, ...]] = []  # the 'all' kind's documents, one per pseudo-query
+        made_from: list[Any] = []  # the 'all' kind's pseudo-queries (their texts and documents)
         for kind in args.kinds:
             res = synthesize_queries(ds.taxonomy, ds.documents, held_out=test,
                                      config=SynthConfig(per_scope=args.per_scope, methods=KINDS[kind]
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             corpus[kind] = (emb.encode([q.query for q in res.queries], batch_size=64),
                             np.array([index[q.scope] for q in res.queries]))
             if kind == "all":
-                made_from = [q.relevant_ids for q in res.queries]
+                made_from = list(res.queries)
             print(f"{name}: {len(res.queries)} pseudo-queries ({kind})", flush=True)
 
         def score(x: np.ndarray, y: np.ndarray, w: np.ndarray | None, labels: list[str] = labels,
@@ -141,17 +141,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def check(cfg: Any, sample: list[Any], x: np.ndarray, y: np.ndarray, pseudo: tuple[np.ndarray, np.ndarray],
-          made_from: list[tuple[str, ...]], n_labels: int) -> dict[str, Any]:
+          made_from: list[Any], n_labels: int) -> dict[str, Any]:
     """``corpus_check`` on one sample as `masdr train` runs it: k folds over the labelled queries, a
-    fold's probe with the corpus trained on the pseudo-queries but those made from its held-out
-    queries' documents."""
+    fold's probe with the corpus trained on the pseudo-queries (``made_from``, aligned with ``pseudo``)
+    but those that would leak its held-out queries (made from their documents, or matching their text)."""
+    from masdr_router.querygen import SynthConfig
+    from masdr_router.querygen.contamination import HeldOutQueries
     from masdr_router.training.trainer import corpus_verdict, fold_splits, held_out_probes, kfold
 
     splits = fold_splits(kfold(sample, cfg.cv_folds, cfg.seed))
     extras = []
     for _, held_rows in splits:
         docs = {d for r in held_rows for d in sample[r].relevant_ids}
-        keep = np.array([not docs.intersection(ids) for ids in made_from], dtype=bool)
+        index = HeldOutQueries([sample[r].query for r in held_rows], SynthConfig().contamination_jaccard)
+        keep = np.array([not docs.intersection(q.relevant_ids) and not index.match(q.query) for q in made_from],
+                        dtype=bool)
         extras.append((pseudo[0][keep], pseudo[1][keep], np.full(int(keep.sum()), cfg.corpus_weight)))
     _, with_corpus = held_out_probes(cfg, n_labels, x, y, splits, extras)
     _, without = held_out_probes(cfg, n_labels, x, y, splits)

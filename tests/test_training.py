@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -924,8 +925,9 @@ def test_a_router_from_the_corpus_records_its_training_data(bbc_small_dir, tmp_p
     assert "0 labelled queries + " in card and "pseudo-queries made from the corpus" in card
     # mixed: labelled queries plus pseudo-queries at corpus_weight
     # 8 a batch: the few labelled queries and an epoch's rows then make different step counts
-    # corpus_check off: this is about how a kept corpus is trained on and recorded (the check has its own test)
-    mixed_cfg = TrainConfig(**{**FAST, "keep_probe": True, "min_steps": 20, "batch_size": 8, "corpus_check": False})
+    # corpus_check off: this is about how a kept corpus is trained on and recorded (the checks have their tests)
+    mixed_cfg = TrainConfig(**{**FAST, "keep_probe": True, "min_steps": 20, "batch_size": 8, "corpus_check": False,
+                               "corpus_check_finetune": False})
     mixed = run_training(taxonomy=bbc_small_dir / "taxonomy.yaml", train=bbc_small_dir / "train.jsonl",
                          corpus=bbc_small_dir / "corpus.jsonl", val=bbc_small_dir / "val.jsonl",
                          out=tmp_path / "mixed", cfg=mixed_cfg)
@@ -955,43 +957,71 @@ def bbc_100_dir(tmp_path_factory):
     return out
 
 
+def _wrong_desks(set_dir: Path, out: Path) -> Path:
+    """The set's corpus with every document's desk moved to the next one, as a broken metadata mapping would."""
+    docs = [json.loads(line) for line in (set_dir / "corpus.jsonl").read_text().splitlines()]
+    desks = sorted({d["metadata"]["category"] for d in docs})
+    moved = {desk: desks[(i + 1) % len(desks)] for i, desk in enumerate(desks)}
+    out.write_text("".join(json.dumps({**d, "metadata": {**d["metadata"], "category": moved[d["metadata"][
+        "category"]]}}) + "\n" for d in docs))
+    return out
+
+
 def test_corpus_check_leaves_out_a_corpus_that_hurts_and_keeps_one_that_helps(bbc_100_dir, tmp_path):
     """corpus_check fits the frozen probe with and without the pseudo-queries and scores both on the
-    held-out labelled queries: a corpus whose documents carry the wrong desks (every category moved to
-    the next one, as a broken metadata mapping would) is left out, and the run, its metrics and its card
-    say so; the real corpus with two labelled queries per desk is kept."""
+    held-out labelled queries: a corpus whose documents carry the wrong desks is left out before any
+    fine-tuning, and the run, its metrics and its card say so; the real corpus with two labelled
+    queries per desk is kept by the probe and by the fine-tuned comparison (the holdout regime: --val)."""
     from masdr_router import read_queries
     from masdr_router.training.run import run_training
 
-    docs = [json.loads(line) for line in (bbc_100_dir / "corpus.jsonl").read_text().splitlines()]
-    desks = sorted({d["metadata"]["category"] for d in docs})
-    moved = {desk: desks[(i + 1) % len(desks)] for i, desk in enumerate(desks)}
-    wrong = tmp_path / "wrong_desks.jsonl"
-    wrong.write_text("".join(json.dumps({**d, "metadata": {**d["metadata"], "category": moved[d["metadata"][
-        "category"]]}}) + "\n" for d in docs))
+    wrong = _wrong_desks(bbc_100_dir, tmp_path / "wrong_desks.jsonl")
     cfg = TrainConfig(**{**FAST, "keep_probe": True, "corpus_weight": 1.0})
     common = {"taxonomy": bbc_100_dir / "taxonomy.yaml", "val": bbc_100_dir / "val.jsonl",
               "test": bbc_100_dir / "test.jsonl", "cfg": cfg}
     hurt = run_training(train=bbc_100_dir / "train.jsonl", corpus=wrong, out=tmp_path / "hurt", **common)
     check = hurt["corpus"]["check"]
-    assert check["kept"] is False and check["without_macro_f1"] > check["with_corpus_macro_f1"]
+    assert check["kept"] is False and check["probe"]["without_macro_f1"] > check["probe"]["with_corpus_macro_f1"]
+    assert "fine_tuned" not in check  # left out by the probe: no fine-tuning run with it
     assert hurt["corpus"]["n_pseudo"] > 0 and hurt["n_train"] == hurt["n_labelled"]  # none trained on
     card = (tmp_path / "hurt" / "README.md").read_text()
-    assert "pseudo-queries made from the corpus" in card and "were left out (corpus_check" in card
+    assert "pseudo-queries made from the corpus" in card and "were left out (corpus_check: the frozen probe" in card
 
+    desks = sorted({q.scope for q in read_queries(bbc_100_dir / "train.jsonl")})
     two_each = tmp_path / "two_each.jsonl"
     train = read_queries(bbc_100_dir / "train.jsonl")
     few = [q for s in desks for q in [q for q in train if q.scope == s][:2]]
     two_each.write_text("".join(json.dumps({"query": q.query, "scope": q.scope}) + "\n" for q in few))
     helped = run_training(train=two_each, corpus=bbc_100_dir / "corpus.jsonl", out=tmp_path / "helped", **common)
     check = helped["corpus"]["check"]
-    assert check["kept"] is True and check["with_corpus_macro_f1"] > check["without_macro_f1"]
+    assert check["kept"] is True and check["probe"]["with_corpus_macro_f1"] > check["probe"]["without_macro_f1"]
+    tuned = check["fine_tuned"]
+    assert tuned["kept"] is True and tuned["with_corpus_macro_f1"] >= tuned["without_macro_f1"]
     assert helped["n_train"] == len(few) + helped["corpus"]["n_pseudo"]
     card = (tmp_path / "helped" / "README.md").read_text()
     assert f"{len(few)} labelled queries + {helped['corpus']['n_pseudo']} pseudo-queries" in card
-    # the check off: the same harmful corpus is trained on
-    off = run_training(train=bbc_100_dir / "train.jsonl", corpus=wrong, out=tmp_path / "off",
-                       **{**common, "cfg": TrainConfig(**{**cfg.to_dict(), "corpus_check": False})})
+    assert f"the fine-tuned router scored macro-F1 {tuned['with_corpus_macro_f1']:.3f} with them" in card
+
+
+def test_the_fine_tuned_corpus_check_leaves_out_a_corpus_the_probe_was_not_asked_about(bbc_100_dir, tmp_path):
+    """In the holdout regime the router is fine-tuned with and without the corpus and the validation
+    split decides: with the probe's check off, the wrong-desk corpus is trained on, loses to the run
+    without it, and is left out; with both checks off it is trained on and exported."""
+    from masdr_router.training.run import run_training
+
+    wrong = _wrong_desks(bbc_100_dir, tmp_path / "wrong_desks.jsonl")
+    cfg = TrainConfig(**{**FAST, "keep_probe": True, "corpus_weight": 1.0, "corpus_check": False})
+    common = {"taxonomy": bbc_100_dir / "taxonomy.yaml", "train": bbc_100_dir / "train.jsonl", "corpus": wrong,
+              "val": bbc_100_dir / "val.jsonl", "test": bbc_100_dir / "test.jsonl"}
+    tuned = run_training(out=tmp_path / "tuned", cfg=cfg, **common)
+    check = tuned["corpus"]["check"]
+    assert "probe" not in check and check["kept"] is False
+    assert check["fine_tuned"]["without_macro_f1"] > check["fine_tuned"]["with_corpus_macro_f1"]
+    assert tuned["n_train"] == tuned["n_labelled"]  # the exported run trained on the labelled queries alone
+    card = (tmp_path / "tuned" / "README.md").read_text()
+    assert "were left out (corpus_check: the fine-tuned router scored" in card
+    off = run_training(out=tmp_path / "off", cfg=TrainConfig(**{**cfg.to_dict(), "corpus_check_finetune": False}),
+                       **common)
     assert off["corpus"]["check"] == {} and off["n_train"] == off["n_labelled"] + off["corpus"]["n_pseudo"]
 
 
@@ -1010,26 +1040,34 @@ def test_a_pseudo_query_weighs_corpus_weight_in_the_loss():
     assert both.pseudo.tolist() == [False, False, True] and both.take(np.array([2, 0])).pseudo.tolist() == [True, False]
 
 
-def test_a_held_out_query_is_not_scored_against_pseudo_queries_made_from_its_own_document():
-    """A fold trains on the pseudo-queries but those made from its held-out queries' documents, as no
-    pseudo-query is made from a test query's document: otherwise the corpus is scored on its source."""
+def test_a_held_out_query_is_not_scored_against_pseudo_queries_that_would_leak_it():
+    """A fold trains on the pseudo-queries but those that the contamination check would keep away from a
+    test query: made from its held-out queries' documents, or matching one's text (equal, contained,
+    containing, nearly equal). Otherwise the corpus is scored on its source."""
     import torch
 
     from masdr_router.training.trainer import Encoded
 
-    def encoded(docs, pseudo):
+    def encoded(docs, pseudo, texts=()):
         n = len(docs)
         return Encoded(torch.zeros(n, 3, dtype=torch.long), torch.ones(n, 3), torch.zeros(n, dtype=torch.long),
-                       np.arange(n, dtype=float)[:, None], torch.ones(n), torch.full((n,), pseudo), docs)
+                       np.arange(n, dtype=float)[:, None], torch.ones(n), torch.full((n,), pseudo), docs, texts)
 
     labelled = encoded((("d1",), ("d2", "d4")), False)
     corpus = encoded((("d1",), ("d3",), ("d2",), ("d4",)), True)
     assert corpus.outside(labelled.take(np.array([0]))).docs == (("d3",), ("d2",), ("d4",))
     kept = corpus.outside(labelled)
     assert kept.docs == (("d3",),) and kept.features[:, 0].tolist() == [1.0] and kept.pseudo.tolist() == [True]
-    # queries without relevant_ids name no document: nothing to leave out
+    # queries without relevant_ids or texts name nothing to leave out
     assert corpus.outside(encoded(((), ()), False)).docs == corpus.docs
     assert (labelled + corpus).docs == labelled.docs + corpus.docs
+    # by text: a pseudo-query from another document that the held-out query contains, or that equals it
+    held = encoded(((),), False, ("Cairn shares up on new oil find",))
+    corpus = encoded((("d5",), ("d6",), ("d7",)), True,
+                     ("new oil find", "Cup final tonight", "cairn shares up on new oil find!"))
+    kept = corpus.outside(held)
+    assert kept.texts == ("Cup final tonight",) and kept.docs == (("d6",),) and kept.features[:, 0].tolist() == [1.0]
+    assert (held + corpus).texts == held.texts + corpus.texts
 
 
 def _one_epoch(cfg, tax, qs):

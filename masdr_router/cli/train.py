@@ -31,7 +31,9 @@ def train(
              "mixed with the labelled queries at corpus_weight: each epoch a fresh sample of corpus_weight x their "
              "number at weight 1 (corpus_per_epoch), in every fold; the contrastive stage pairs the labelled ones only "
              "(contrastive_rows). With labelled queries they are left out when the frozen probe scores lower "
-             "with them on the held-out labelled queries (corpus_check). Without --train they are the training data")]
+             "with them on the held-out labelled queries (corpus_check) or, in the holdout regime, when a run "
+             "fine-tuned without them scores higher on the validation split (corpus_check_finetune: one more "
+             "fine-tuning run). Without --train they are the training data")]
     = None,
     synth_config: Annotated[Path | None, typer.Option(help="SynthConfig YAML for --corpus "
                                                              "(configs/synth/default.yaml)")] = None,

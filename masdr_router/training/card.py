@@ -197,9 +197,12 @@ def data_line(metrics: dict[str, Any]) -> str:
     made = (f"{n} pseudo-queries made from the corpus `{corpus['path']}` "
             f"({corpus['report'].get('source', {}).get('corpus_sha256', '')}; {methods or 'by rule'})")
     check = corpus.get("check") or {}
-    verdict = (f" (corpus_check: the frozen probe scored macro-F1 {check['with_corpus_macro_f1']:.3f} with them and "
-               f"{check['without_macro_f1']:.3f} without on {check['held_out']} held-out labelled queries)"
-               if check else "")
+    scored = [f"{who} scored macro-F1 {c['with_corpus_macro_f1']:.3f} with them and {c['without_macro_f1']:.3f} "
+              f"without on {c['held_out']} {on} queries"
+              for step, who, on in (("probe", "the frozen probe", "held-out labelled"),
+                                    ("fine_tuned", "the fine-tuned router", "validation"))
+              if (c := check.get(step))]
+    verdict = f" (corpus_check: {'; '.join(scored)})" if scored else ""
     if check and not check["kept"]:
         return f"{labelled}; the {made} were left out{verdict}"
     return f"{labelled} + {made}, {weighing}, none leaking the validation or test queries{verdict}"

@@ -124,16 +124,23 @@ class TrainConfig(ConfigBase):
     # 45 samples from 8 to 32 labelled queries per scope (gains +0.03 to +0.11), left it out on Django and
     # SQLAlchemy with all their queries (where it cost 0.015 / 0.018); the mean there -0.009 -> -0.002.
     # Fine-tuned, the corpus costs more with many labels (SQLAlchemy, all: 0.553 against 0.635) and the
-    # trainer's check kept it there: it does not replace leaving --corpus out when labels are plentiful
+    # probe's check kept it there: hence corpus_check_finetune below
     corpus_check: bool = field(default=True, metadata={
         "help": "with --corpus and labelled queries: before training, fit the frozen probe with and without the "
-                "pseudo-queries and score both on the held-out labelled queries (out of fold, or the validation "
-                "split); train without the corpus when the probe without it leads by more than "
-                "corpus_check_margin_se (recorded in the card). The corpus helps most with few labelled queries "
-                "and can cost a little with many"})
+                "pseudo-queries on k folds of the labelled queries; train without the corpus when the probe "
+                "without it leads out of fold by more than corpus_check_margin_se (recorded in the card). The "
+                "corpus helps most with few labelled queries and can cost a little with many"})
+    # the holdout regime is where labels are plentiful and where fine-tuning lost to the corpus while the
+    # probe did not say so; there a second run costs one more fine-tuning, where the cv regime's would
+    # cost k more
+    corpus_check_finetune: bool = field(default=True, metadata={
+        "help": "with --corpus in the holdout regime: when the corpus is kept (or corpus_check is off), also "
+                "fine-tune without it and train on the corpus only if that run does not lead on the validation "
+                "split by more than corpus_check_margin_se (one more fine-tuning run; recorded in the card)"})
     corpus_check_margin_se: float = field(default=0.0, metadata={
-        "help": "corpus_check drops the corpus when the probe without it leads by more than this many bootstrap "
-                "standard errors of the paired difference (0: any lead)"})
+        "help": "corpus_check (and corpus_check_finetune) drop the corpus when the probe (the fine-tuned run) "
+                "without it leads by more than this many bootstrap standard errors of the paired difference "
+                "(0: any lead)"})
     # optimisation
     epochs: int = field(default=12, metadata={"help": "epochs (the most, with early stopping or cv)"})
     min_steps: int = field(default=200, metadata={

@@ -31,7 +31,9 @@ when it validates better by more than the noise of the held-out queries (``keep_
 ``guard_margin_se``: bootstrap standard errors of the paired difference). Pseudo-queries from the
 corpus are first put to the same kind of test (``corpus_check``): the probe fitted with them against the
 probe fitted without them, on the same held-out labelled queries, before any fine-tuning; when they do
-not help, the run trains on the labelled queries alone. A run is a sequence of
+not help, the run trains on the labelled queries alone. In the holdout regime a kept corpus is then
+put to the test that matters, fine-tuned: a second run without it, both scored on the validation split
+(``corpus_check_finetune``). A run is a sequence of
 named steps: :func:`check_labels`, :func:`build_run` (model, optimizer, encoded data),
 :func:`fit_epochs`, :func:`calibrate`. Global switches (RNG seeds, deterministic kernels, progress
 bars, a peft warning filter) hold for the run only.
@@ -336,22 +338,31 @@ class Encoded:
     pseudo: torch.Tensor  # per query: whether it is a pseudo-query made from the corpus
     #: per query, its relevant_ids (a pseudo-query's: the document it was made from); empty when unknown
     docs: tuple[tuple[str, ...], ...] = ()
+    texts: tuple[str, ...] = ()  # per query, its text; empty when unknown
 
     def take(self, rows: np.ndarray) -> Encoded:
         import torch
 
-        t = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        docs = tuple(self.docs[i] for i in np.asarray(rows, dtype=np.int64)) if self.docs else ()
-        return Encoded(self.ids[t], self.mask[t], self.y[t], self.features[rows], self.weight[t], self.pseudo[t], docs)
+        rows = np.asarray(rows, dtype=np.int64)
+        t = torch.from_numpy(rows)
+        return Encoded(self.ids[t], self.mask[t], self.y[t], self.features[rows], self.weight[t], self.pseudo[t],
+                       tuple(self.docs[i] for i in rows) if self.docs else (),
+                       tuple(self.texts[i] for i in rows) if self.texts else ())
 
     def outside(self, held: Encoded) -> Encoded:
-        """These pseudo-queries without those made from a document that ``held``'s queries name in their
-        relevant_ids: what the held-out queries may be scored against, as the test queries are (their
-        documents give no pseudo-query, the contamination check of `synth-queries`)."""
+        """These pseudo-queries without those that would leak one of ``held``'s queries: made from a
+        document it names in its relevant_ids, or whose text equals, contains, is contained in or nearly
+        matches it. What the held-out queries may be scored against, as the test queries are (the
+        contamination check of `synth-queries`, at its default threshold)."""
+        from ..querygen.config import SynthConfig
+        from ..querygen.contamination import HeldOutQueries
+
         docs = {d for ids in held.docs for d in ids}
-        if not docs or not self.docs:
-            return self
-        return self.take(np.array([i for i, ids in enumerate(self.docs) if not docs.intersection(ids)], dtype=np.int64))
+        index = HeldOutQueries(held.texts, SynthConfig().contamination_jaccard) if held.texts else None
+        leaks = [bool(self.docs and docs.intersection(self.docs[i]))
+                 or bool(index is not None and self.texts and index.match(self.texts[i]))
+                 for i in range(len(self.y))]
+        return self.take(np.flatnonzero(~np.array(leaks, dtype=bool))) if any(leaks) else self
 
     def __add__(self, other: Encoded) -> Encoded:
         import torch
@@ -359,7 +370,8 @@ class Encoded:
         return Encoded(torch.cat([self.ids, other.ids]), torch.cat([self.mask, other.mask]),
                        torch.cat([self.y, other.y]), np.concatenate([self.features, other.features]),
                        torch.cat([self.weight, other.weight]), torch.cat([self.pseudo, other.pseudo]),
-                       self.docs + other.docs if self.docs and other.docs else ())
+                       self.docs + other.docs if self.docs and other.docs else (),
+                       self.texts + other.texts if self.texts and other.texts else ())
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.ids, self.mask, self.y, self.weight
@@ -378,7 +390,7 @@ def encode(cfg: TrainConfig, labels: list[str], queries: Sequence[LabelledQuery]
     feats = pooled_features(encoder, tokenizer, texts, max_length=cfg.max_length, pooling=cfg.pooling)
     return Encoded(enc["input_ids"], enc["attention_mask"], torch.tensor([labels.index(q.scope) for q in queries]),
                    feats, torch.full((len(queries),), float(weight)), torch.full((len(queries),), pseudo),
-                   tuple(tuple(q.relevant_ids) for q in queries))
+                   tuple(tuple(q.relevant_ids) for q in queries), tuple(texts))
 
 
 def use_contrastive(cfg: TrainConfig, regime: str, per_scope: float) -> bool:
@@ -827,40 +839,31 @@ def _guard(cfg: TrainConfig, true: np.ndarray, held: dict[str, np.ndarray], n_la
     return choose_export(cfg, evidence), {k: {m: round(x, 4) for m, x in e.items()} for k, e in evidence.items()}
 
 
-def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQuery],
-                 val: Sequence[LabelledQuery] | None, base_path: str, tokenizer: Any, frozen: Any,
-                 tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None,
-                 extra: Encoded | None) -> Fitted:
-    from .model import load_trainable_state
-    from .probe import fit_centroid, fit_probe
+@dataclass
+class HoldoutRun:
+    """One fine-tuning run of the holdout regime on its training rows: its run, its fit, the probe its
+    head started from, and its logits on the validation split."""
 
-    labels = taxonomy.names
-    train_q, val_q = prepare_splits(train, val, cfg)
-    tr, va = encode(cfg, labels, train_q, tokenizer, frozen), encode(cfg, labels, val_q, tokenizer, frozen)
-    key = run_key(cfg, taxonomy, train_q, val_q)
-    true = va.y.numpy()
-    corpus_check: dict[str, Any] = {}
-    if extra is not None:  # a carved-out split's documents give no pseudo-query, as --val's give none
-        extra = extra.outside(va)
-    if extra is not None and cfg.corpus_check:
-        # k folds over every labelled query rather than the one split: the probes are cheap, and a
-        # validation split of ~200 queries put the corpus 0.03 ahead on composite where the test
-        # queries put it 0.016 behind
-        labelled = tr + va
-        splits = fold_splits(kfold([*train_q, *val_q], cfg.cv_folds, cfg.seed))
-        _, with_oof = fold_probes(cfg, len(labels), labelled, splits, [extra.outside(labelled.take(h))
-                                                                       for _, h in splits])
-        _, alone_oof = fold_probes(cfg, len(labels), labelled, splits)
-        corpus_check = _check_corpus(cfg, labelled.y.numpy(), with_oof, alone_oof, len(labels), len(extra.y))
-        extra = extra if corpus_check["kept"] else None
-    if extra is not None:
-        tr, key = tr + extra, f"{key}-pseudo{len(extra.y)}"
+    run: Run
+    state: FitState
+    probe: LinearProbe
+    train: Encoded
+    val_logits: np.ndarray
+    exported_epoch: int
+
+
+def _fine_tune_holdout(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: Any, tr: Encoded,
+                       va: Encoded, key: str, per_scope: float, tracker: Tracker | None, ckpt: Path | None,
+                       on_epoch_end: EpochCallback | None) -> HoldoutRun:
+    from .model import load_trainable_state
+    from .probe import fit_probe
+
     probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
                       seed=cfg.seed, sample_weight=tr.weight.numpy(), normalize=cfg.normalize)
     epochs = epoch_budget(cfg, rows_per_epoch(cfg, len(tr.y), int(tr.pseudo.sum())))
     run = build_run(cfg, labels, base_path, tokenizer, tr, va, key=key, epochs=epochs,
                     head_init=probe if cfg.head_init == "probe" else None,
-                    contrastive=use_contrastive(cfg, "holdout", len(train_q) / len(labels)))
+                    contrastive=use_contrastive(cfg, "holdout", per_scope))
     state = resume(run, ckpt)
     # 'last' by default: one model's validation macro-F1 jumps by a few points from epoch to epoch
     # (BBC's 248 validation queries peaked at epoch 2, whose test score was 0.045 below the final
@@ -872,11 +875,53 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
                patience=None if last else cfg.early_stopping_patience)
     if not last and state.best is not None:
         load_trainable_state(run.unwrapped, state.best)
-    exported_epoch = state.epoch if last else state.best_epoch
     run.finish()
-    lora_logits = run.predict_logits(va.ids, va.mask)
-    heads = {"probe": probe, "centroid": fit_centroid(tr.features, tr.y.numpy(), len(labels))}
-    held = {"lora": lora_logits, **{k: h.logits(va.features) for k, h in heads.items()}}
+    return HoldoutRun(run=run, state=state, probe=probe, train=tr, val_logits=run.predict_logits(va.ids, va.mask),
+                      exported_epoch=state.epoch if last else state.best_epoch)
+
+
+def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQuery],
+                 val: Sequence[LabelledQuery] | None, base_path: str, tokenizer: Any, frozen: Any,
+                 tracker: Tracker, ckpt: Path | None, on_epoch_end: EpochCallback | None,
+                 extra: Encoded | None) -> Fitted:
+    from .probe import fit_centroid
+
+    labels = taxonomy.names
+    train_q, val_q = prepare_splits(train, val, cfg)
+    tr, va = encode(cfg, labels, train_q, tokenizer, frozen), encode(cfg, labels, val_q, tokenizer, frozen)
+    key = run_key(cfg, taxonomy, train_q, val_q)
+    true = va.y.numpy()
+    per_scope = len(train_q) / len(labels)
+    corpus_check: dict[str, Any] = {}
+    if extra is not None:  # a carved-out split's documents give no pseudo-query, as --val's give none
+        extra = extra.outside(va)
+    if extra is not None and cfg.corpus_check:
+        # k folds over every labelled query rather than the one split: the probes are cheap, and a
+        # validation split of ~200 queries put the corpus 0.03 ahead on composite where the test
+        # queries put it 0.016 behind
+        labelled = tr + va
+        _, corpus_check["probe"] = probes_on_folds(
+            cfg, len(labels), labelled, fold_splits(kfold([*train_q, *val_q], cfg.cv_folds, cfg.seed)), extra)
+        extra = extra if corpus_check["probe"]["kept"] else None
+    fitted = _fine_tune_holdout(cfg, labels, base_path, tokenizer, tr + extra if extra is not None else tr, va,
+                                f"{key}-pseudo{len(extra.y)}" if extra is not None else key, per_scope, tracker,
+                                ckpt, on_epoch_end)
+    if extra is not None and cfg.corpus_check_finetune:
+        # The probe's check follows the probe, and with plentiful labels fine-tuning lost more to the corpus
+        # than the probe did (SQLAlchemy with all its queries: 0.553 with it, 0.635 without, where the
+        # probe's folds kept it). So the run without it is fine-tuned too and the validation split decides;
+        # the comparison run is not checkpointed (a resumed run retrains it).
+        log.info("corpus check: fine-tuning without the corpus to compare on the %d validation queries", len(true))
+        alone = _fine_tune_holdout(cfg, labels, base_path, tokenizer, tr, va, key, per_scope, None, None, None)
+        corpus_check["fine_tuned"] = _check_corpus(cfg, true, fitted.val_logits, alone.val_logits, len(labels),
+                                                   len(extra.y), witness="the fine-tuned router", on="validation")
+        if not corpus_check["fine_tuned"]["kept"]:
+            fitted, extra = alone, None
+    if corpus_check:
+        corpus_check["kept"] = extra is not None
+    run, state, tr = fitted.run, fitted.state, fitted.train
+    heads = {"probe": fitted.probe, "centroid": fit_centroid(tr.features, tr.y.numpy(), len(labels))}
+    held = {"lora": fitted.val_logits, **{k: h.logits(va.features) for k, h in heads.items()}}
     f1 = {k: macro_f1(true, v.argmax(1), len(labels)) for k, v in held.items()}
     chosen, guard = _guard(cfg, true, held, len(labels))
     logits = held[chosen]
@@ -884,9 +929,9 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
     calibration = calibrate(cfg, logits, true)
     pred = logits.argmax(1)
     val_metrics = {"accuracy": float((pred == true).mean()), "macro_f1": macro_f1(true, pred, len(labels)),
-                   "best_epoch": exported_epoch if chosen == "lora" else 0, "epochs_run": len(state.history),
+                   "best_epoch": fitted.exported_epoch if chosen == "lora" else 0, "epochs_run": len(state.history),
                    "best_val_epoch": state.best_epoch, "stopped_early": state.stopped_early}
-    selection = {"model": chosen, **{f"{k}_val_macro_f1": v for k, v in f1.items()}, "probe_C": probe.C,
+    selection = {"model": chosen, **{f"{k}_val_macro_f1": v for k, v in f1.items()}, "probe_C": fitted.probe.C,
                  "guard": guard, "guard_margin_se": cfg.guard_margin_se,
                  "guard_heads": cfg.frozen_heads if cfg.keep_probe else [],
                  "epoch_budget": run.epochs, "holdout_choice": cfg.holdout_choice, "contrastive": run.contrastive,
@@ -1041,9 +1086,11 @@ def corpus_verdict(cfg: TrainConfig, true: np.ndarray, with_corpus: np.ndarray, 
     macro-F1 at 8 labelled queries per scope to -0.009 with all of them, and fine-tuning followed it
     (composite with every labelled query: 0.859 with the corpus, 0.880 without). On 5 sets x 5 sizes
     x 3 samples (``bench/corpus_mix.py --check``) it kept the corpus on every sample from 8 to 32 per
-    scope and left it out on Django and SQLAlchemy with all their queries. It is a guard on the probe,
-    not on fine-tuning: in a full run on SQLAlchemy with all its queries the trainer's check kept the
-    corpus (0.449 against 0.424 out of fold) and the fine-tuned router lost 0.08 to the run without it.
+    scope and left it out on Django and SQLAlchemy with all their queries. On the probe it is a guard on the
+    probe, not on fine-tuning: in a full run on SQLAlchemy with all its queries it kept the corpus
+    (0.449 against 0.424 out of fold) and the fine-tuned router lost 0.08 to the run without it, so in
+    the holdout regime the same verdict is also given on two fine-tuned runs' validation predictions
+    (``corpus_check_finetune``).
 
     >>> t = np.array([0, 0, 1, 1, 2, 2]); hit = np.eye(3)[t]; miss = np.eye(3)[[0, 1, 1, 1, 2, 2]]
     >>> corpus_verdict(TrainConfig(), t, with_corpus=miss, without=hit, n_labels=3)["kept"]
@@ -1061,13 +1108,40 @@ def corpus_verdict(cfg: TrainConfig, true: np.ndarray, with_corpus: np.ndarray, 
 
 
 def _check_corpus(cfg: TrainConfig, true: np.ndarray, with_corpus: np.ndarray, without: np.ndarray,
-                  n_labels: int, n_pseudo: int) -> dict[str, Any]:
+                  n_labels: int, n_pseudo: int, *, witness: str = "the frozen probe", on: str = "held-out labelled"
+                  ) -> dict[str, Any]:
     check = corpus_verdict(cfg, true, with_corpus, without, n_labels)
-    log.info("corpus check: the frozen probe scores macro-F1 %.4f with the %d pseudo-queries and %.4f without them "
-             "on %d held-out labelled queries -> %s", check["with_corpus_macro_f1"], n_pseudo,
-             check["without_macro_f1"], check["held_out"],
+    log.info("corpus check: %s scores macro-F1 %.4f with the %d pseudo-queries and %.4f without them "
+             "on %d %s queries -> %s", witness, check["with_corpus_macro_f1"], n_pseudo,
+             check["without_macro_f1"], check["held_out"], on,
              "training with the corpus" if check["kept"] else "training without the corpus (corpus_check)")
     return check
+
+
+@dataclass
+class FoldProbes:
+    """The folds' frozen probes, their out-of-fold logits, and the pseudo-queries each fold trained on
+    (``None``: none)."""
+
+    probes: list[LinearProbe]
+    oof: np.ndarray
+    extras: list[Encoded] | None
+
+
+def probes_on_folds(cfg: TrainConfig, n_labels: int, labelled: Encoded, splits: Sequence[tuple[np.ndarray, np.ndarray]],
+                    extra: Encoded | None) -> tuple[FoldProbes, dict[str, Any]]:
+    """The folds' probes, each trained with the pseudo-queries ``extra`` but those made from its held-out
+    queries' documents (so it scores them as the test queries are scored), and ``corpus_check``'s
+    verdict on them (``{}`` when not run): when the probes without the corpus lead, those are returned."""
+    if extra is None:
+        return FoldProbes(*fold_probes(cfg, n_labels, labelled, splits), None), {}
+    extras = [extra.outside(labelled.take(held)) for _, held in splits]
+    with_corpus = FoldProbes(*fold_probes(cfg, n_labels, labelled, splits, extras), extras)
+    if not cfg.corpus_check:
+        return with_corpus, {}
+    alone = FoldProbes(*fold_probes(cfg, n_labels, labelled, splits), None)
+    verdict = _check_corpus(cfg, labelled.y.numpy(), with_corpus.oof, alone.oof, n_labels, len(extra.y))
+    return (with_corpus if verdict["kept"] else alone), verdict
 
 
 def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], base_path: str, tokenizer: Any,
@@ -1087,16 +1161,12 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     balanced = cfg.class_weighting == "balanced"
     folds = kfold(train, cfg.cv_folds, cfg.seed)
     splits = fold_splits(folds)
-    # a fold trains on the pseudo-queries but those made from its held-out queries' documents, so it
-    # scores them as the test queries are scored (the refit trains on every one)
-    fold_extras = [extra.outside(data.take(val_rows)) for val_rows in folds] if extra is not None else None
-    probes, probe_oof = fold_probes(cfg, len(labels), data, splits, fold_extras)
-    corpus_check: dict[str, Any] = {}
-    if extra is not None and cfg.corpus_check:
-        alone, alone_oof = fold_probes(cfg, len(labels), data, splits)
-        corpus_check = _check_corpus(cfg, true, probe_oof, alone_oof, len(labels), len(extra.y))
-        if not corpus_check["kept"]:
-            probes, probe_oof, extra, fold_extras = alone, alone_oof, None, None
+    # the refit trains on every pseudo-query, a fold on all but its held-out queries' documents'
+    fold_probe, verdict = probes_on_folds(cfg, len(labels), data, splits, extra)
+    probes, probe_oof, fold_extras = fold_probe.probes, fold_probe.oof, fold_probe.extras
+    corpus_check = {"probe": verdict, "kept": verdict["kept"]} if verdict else {}
+    if fold_extras is None:
+        extra = None
     # every fold trains on (k-1)/k of the data: the same epoch budget as the refit, so an epoch
     # count chosen on the folds means the same amount of training for the final model
     n_extra = len(extra.y) if extra is not None else 0
