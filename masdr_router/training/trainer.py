@@ -893,7 +893,7 @@ def _fit_holdout(cfg: TrainConfig, taxonomy: Taxonomy, train: Sequence[LabelledQ
     true = va.y.numpy()
     per_scope = len(train_q) / len(labels)
     corpus_check: dict[str, Any] = {}
-    if extra is not None:  # a carved-out split's documents give no pseudo-query, as --val's give none
+    if extra is not None:  # no pseudo-query leaks a carved-out split, as none leaks --val
         extra = extra.outside(va)
     if extra is not None and cfg.corpus_check:
         # k folds over every labelled query rather than the one split: the probes are cheap, and a
@@ -1046,8 +1046,7 @@ def held_out_probes(cfg: TrainConfig, n_labels: int, features: np.ndarray, y: np
                     ) -> tuple[list[LinearProbe], np.ndarray]:
     """One probe per ``(train rows, held-out rows)`` split of the labelled ``features``, each fitted
     with that split's pseudo-queries ``extras[i]`` ``(features, labels, weights)`` when given, and
-    the held-out logits they give (rows held out by no split stay 0): the folds' probes, or the
-    holdout's one."""
+    the held-out logits they give (rows held out by no split stay 0): one probe per fold."""
     from .probe import fit_probe
 
     held = np.zeros((len(y), n_labels), dtype=np.float32)
@@ -1130,8 +1129,8 @@ class FoldProbes:
 
 def probes_on_folds(cfg: TrainConfig, n_labels: int, labelled: Encoded, splits: Sequence[tuple[np.ndarray, np.ndarray]],
                     extra: Encoded | None) -> tuple[FoldProbes, dict[str, Any]]:
-    """The folds' probes, each trained with the pseudo-queries ``extra`` but those made from its held-out
-    queries' documents (so it scores them as the test queries are scored), and ``corpus_check``'s
+    """The folds' probes, each trained with the pseudo-queries ``extra`` but those that would leak its
+    held-out queries (:meth:`Encoded.outside`: so it scores them as the test queries are scored), and ``corpus_check``'s
     verdict on them (``{}`` when not run): when the probes without the corpus lead, those are returned."""
     if extra is None:
         return FoldProbes(*fold_probes(cfg, n_labels, labelled, splits), None), {}
@@ -1161,7 +1160,7 @@ def _fit_cv(cfg: TrainConfig, taxonomy: Taxonomy, train: list[LabelledQuery], ba
     balanced = cfg.class_weighting == "balanced"
     folds = kfold(train, cfg.cv_folds, cfg.seed)
     splits = fold_splits(folds)
-    # the refit trains on every pseudo-query, a fold on all but its held-out queries' documents'
+    # the refit trains on every pseudo-query, a fold on all but those that would leak its held-out queries
     fold_probe, verdict = probes_on_folds(cfg, len(labels), data, splits, extra)
     probes, probe_oof, fold_extras = fold_probe.probes, fold_probe.oof, fold_probe.extras
     corpus_check = {"probe": verdict, "kept": verdict["kept"]} if verdict else {}
