@@ -92,6 +92,14 @@ def lr_cv(X: Any, y: list[str]) -> Any:
     return LogisticRegression(C=1.0, max_iter=3000, class_weight="balanced").fit(X, y)
 
 
+def tfidf_lr(texts: list[str], y: list[str]) -> tuple[Any, Any]:
+    """The TF-IDF + LR baseline fitted: ``(vectorizer, classifier)`` (word 1-2 grams, sublinear tf, C by CV)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+    return vec, lr_cv(vec.fit_transform(texts), y)
+
+
 def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ctx: dict[str, Any]) -> dict[str, Any]:
     labels = taxonomy.names
     xtr, ytr = [q.query for q in train], [q.scope for q in train]
@@ -128,10 +136,7 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
                  # the probe with and without the corpus out of fold, and whether the corpus was kept (corpus_check)
                  "corpus_check": sel.get("corpus_check") or None}
     elif system == "tfidf-lr":
-        from sklearn.feature_extraction.text import TfidfVectorizer
-
-        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
-        clf = lr_cv(vec.fit_transform(xtr), ytr)
+        vec, clf = tfidf_lr(xtr, ytr)
         pred = list(clf.predict(vec.transform(xte)))
     elif system in ("probe", "centroid"):
         emb = ctx["embedder"]

@@ -46,14 +46,6 @@ def log_proba(model: Any, X: Any, labels: list[str]) -> np.ndarray:
     return np.log(np.clip(P, 1e-6, 1.0))
 
 
-def tfidf_lr(texts: list[str], y: list[str]) -> tuple[Any, Any]:
-    from learning_curve import lr_cv
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
-    return vec, lr_cv(vec.fit_transform(texts), y)
-
-
 def out_of_fold(texts: list[str], y: list[str], labels: list[str], fit: Any, seed: int = 0) -> np.ndarray:
     """5-fold (fewer when a scope has fewer queries) out-of-fold log-probabilities of ``fit(idx) -> predict(idx)``."""
     from sklearn.model_selection import StratifiedKFold
@@ -85,7 +77,7 @@ def log_loss(gold: list[str], router: np.ndarray, lexical: np.ndarray, labels: l
 
 
 def run_cell(model: str, name: str, size: str, seed: int, emb: Any) -> dict[str, Any]:
-    from learning_curve import load_builtin, lr_cv, sample_per_scope
+    from learning_curve import load_builtin, lr_cv, sample_per_scope, tfidf_lr
 
     ds, pool, test = load_builtin(name, 100 if name == "20ng" else None)
     labels = ds.taxonomy.names
