@@ -58,6 +58,7 @@ import numpy as np
 
 SYSTEMS = ("default", "legacy", "corpus", "probe", "tfidf-lr", "centroid", "setfit")
 SETFIT_ITERATIONS = 20
+SETFIT_MAX_STEPS = 600  # the cap every table in the README used, unless it says otherwise
 LEGACY = {"regime": "holdout", "head_init": "random", "keep_probe": False, "min_steps": 0}
 
 
@@ -150,7 +151,9 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
             cent /= np.maximum(np.linalg.norm(cent, axis=1, keepdims=True), 1e-9)
             pred = [labels[i] for i in (ete @ cent.T).argmax(1)]
     elif system == "setfit":
-        pred = run_setfit(xtr, ytr, xte)
+        extra = {"setfit_seed": ctx.get("setfit_seed", 0),
+                 "setfit_max_steps": ctx.get("setfit_max_steps", SETFIT_MAX_STEPS)}
+        pred = run_setfit(xtr, ytr, xte, seed=extra["setfit_seed"], max_steps=extra["setfit_max_steps"])
     else:
         raise ValueError(system)
     if ctx.get("save_predictions"):  # per query, for bench/error_overlap.py
@@ -158,7 +161,8 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
     return {**scores(yte, pred, labels), "train_s": round(time.perf_counter() - t0, 1), **extra}
 
 
-def run_setfit(xtr: list[str], ytr: list[str], xte: list[str]) -> list[str]:
+def run_setfit(xtr: list[str], ytr: list[str], xte: list[str], seed: int = 0,
+               max_steps: int = SETFIT_MAX_STEPS) -> list[str]:
     from datasets import Dataset
     from setfit import SetFitModel, Trainer, TrainingArguments
 
@@ -166,11 +170,12 @@ def run_setfit(xtr: list[str], ytr: list[str], xte: list[str]) -> list[str]:
 
     model = SetFitModel.from_pretrained(resolve_encoder_path("minilm"))
     with __import__("tempfile").TemporaryDirectory() as tmp:
-        # SetFit's own few-shot setting (20 pair iterations, one epoch), capped at 600 steps; max_steps
-        # must not exceed one epoch's steps, since it overrides num_epochs and would repeat the pairs
-        steps = min(600, math.ceil(2 * SETFIT_ITERATIONS * len(xtr) / 32))
+        # SetFit's own few-shot setting (20 pair iterations, one epoch), capped at max_steps (0: uncapped);
+        # max_steps must not exceed one epoch's steps, since it overrides num_epochs and would repeat the pairs
+        epoch_steps = math.ceil(2 * SETFIT_ITERATIONS * len(xtr) / 32)
+        steps = min(max_steps, epoch_steps) if max_steps > 0 else epoch_steps
         args = TrainingArguments(output_dir=tmp, save_strategy="no", batch_size=32, num_epochs=1,
-                                 num_iterations=SETFIT_ITERATIONS, max_steps=steps, seed=0, report_to="none",
+                                 num_iterations=SETFIT_ITERATIONS, max_steps=steps, seed=seed, report_to="none",
                                  show_progress_bar=False)
         Trainer(model=model, args=args, train_dataset=Dataset.from_dict({"text": xtr, "label": ytr})).train()
     return list(model.predict(xte))
@@ -194,6 +199,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="system 'corpus': pseudo-queries a scope (synth-queries' per_scope, whose default is 1000)")
     ap.add_argument("--save-predictions", action="store_true",
                     help="keep every system's test predictions (and the test queries) for bench/error_overlap.py")
+    ap.add_argument("--setfit-seed", type=int, default=0,
+                    help="SetFit's own training seed (pairs, order, head); the sample is --seed's")
+    ap.add_argument("--setfit-max-steps", type=int, default=SETFIT_MAX_STEPS,
+                    help="cap on SetFit's pair-training steps (batch 32); 0: uncapped, one epoch of its 20 iterations")
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="only merge these results (several sample seeds are averaged) into a markdown table")
     args = ap.parse_args(argv)
@@ -226,6 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         taxonomy, pool, test = load_pool(name, args)
         ctx = {"embedder": emb, "test_embeddings": emb.encode([q.query for q in test], batch_size=64),
                "overrides": parse_overrides(args.set), "save_predictions": args.save_predictions,
+               "setfit_seed": args.setfit_seed, "setfit_max_steps": args.setfit_max_steps,
                "pseudo": lambda name=name, taxonomy=taxonomy: pseudo_queries(name, taxonomy, args)}
         if args.save_predictions:
             report.setdefault("test", {})[name] = [{"query": q.query, "scope": q.scope} for q in test]
