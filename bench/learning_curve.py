@@ -151,9 +151,8 @@ def run_system(system: str, taxonomy: Any, train: list[Any], test: list[Any], ct
             cent /= np.maximum(np.linalg.norm(cent, axis=1, keepdims=True), 1e-9)
             pred = [labels[i] for i in (ete @ cent.T).argmax(1)]
     elif system == "setfit":
-        extra = {"setfit_seed": ctx.get("setfit_seed", 0),
-                 "setfit_max_steps": ctx.get("setfit_max_steps", SETFIT_MAX_STEPS)}
-        pred = run_setfit(xtr, ytr, xte, seed=extra["setfit_seed"], max_steps=extra["setfit_max_steps"])
+        extra = {"setfit_seed": ctx["setfit_seed"], "setfit_max_steps": ctx["setfit_max_steps"]}
+        pred = run_setfit(xtr, ytr, xte, seed=ctx["setfit_seed"], max_steps=ctx["setfit_max_steps"])
     else:
         raise ValueError(system)
     if ctx.get("save_predictions"):  # per query, for bench/error_overlap.py
