@@ -213,7 +213,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      "(python bench/device_pack.py packs them)")
     if args.report:
         reports = [json.loads(f.read_text()) for f in args.report]
-        rows = merge([[{"seed": rep["seed"], **r} for r in rep["results"]] for rep in reports])
+        try:
+            rows = merge([[{"seed": rep["seed"], "overrides": rep.get("overrides", []), **r} for r in rep["results"]]
+                          for rep in reports])
+        except ValueError as e:
+            ap.error(str(e))
         print(markdown_table(rows))
         return {"results": rows}
 
@@ -314,9 +318,38 @@ def corpus_pseudo(name: str, max_docs_per_scope: int | None, per_scope: int) -> 
                                     held_out=test).queries)
 
 
+def variant(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a row was run with beyond its cell: SetFit's seed and step cap, the trained systems'
+    ``--set`` overrides (rows written before these were recorded ran with the defaults)."""
+    if row["system"] == "setfit":
+        return ("setfit seed", row.get("setfit_seed", 0), "max steps", row.get("setfit_max_steps", SETFIT_MAX_STEPS))
+    if row["system"] in ("default", "legacy", "corpus"):
+        return ("--set", *sorted(row.get("overrides") or []))
+    return ()
+
+
 def merge(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One row per (set, size, system, sample seed); a later file wins."""
-    cells = {(r["dataset"], r["size"], r["system"], r.get("seed", 0)): r for rows in runs for r in rows}
+    """One row per (set, size, system, sample seed); a later file wins a rerun of the same variant.
+
+    Two variants of one cell (SetFit capped and uncapped, the default with and without ``--set``)
+    would silently replace each other in the table, so they are refused: report them apart.
+
+    >>> a = {"dataset": "bbc", "size": "all", "system": "setfit", "seed": 0, "setfit_max_steps": 600}
+    >>> len(merge([[a], [dict(a, macro_f1=0.9)]]))
+    1
+    >>> merge([[a], [dict(a, setfit_max_steps=0)]])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: bbc all setfit (sample seed 0) was run two ways: ... 600) and (... 0); report them separately
+    """
+    cells: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rows in runs:
+        for r in rows:
+            key = (r["dataset"], r["size"], r["system"], r.get("seed", 0))
+            if key in cells and variant(cells[key]) != variant(r):
+                raise ValueError(f"{key[0]} {key[1]} {key[2]} (sample seed {key[3]}) was run two ways: "
+                                 f"{variant(cells[key])} and {variant(r)}; report them separately")
+            cells[key] = r
     return list(cells.values())
 
 
