@@ -18,6 +18,8 @@ test split as ``learning_curve.py`` with ``--sizes all``.
 
     python bench/holdout_epochs.py --datasets bbc composite django-docs sqlalchemy-docs
     python bench/holdout_epochs.py --datasets 20ng --max-docs-per-scope 100 --seed 1
+    python bench/holdout_epochs.py --datasets bbc --set contrastive=on --set contrastive_max_steps=100000 \
+        --alphas 0.25 0.5 1     # a variant: SetFit's full pair epoch first, each epoch at three WiSE-FT weights
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 RULES = ("early stop", "best val", "last", "late mean", "avg3")
 
 
-def curves(name: str, seed: int, max_docs_per_scope: int | None) -> dict[str, Any]:
-    """Per-epoch validation and test macro-F1 of the holdout run on all of ``name``'s pool."""
+def curves(name: str, seed: int, max_docs_per_scope: int | None, overrides: dict[str, Any] | None = None,
+           alphas: tuple[float, ...] = ()) -> dict[str, Any]:
+    """Per-epoch validation and test macro-F1 of the holdout run on all of ``name``'s pool: with
+    ``overrides`` (TrainConfig fields, e.g. ``contrastive: on``) as ``--set`` gives them to the trainer,
+    and at each WiSE-FT weight in ``alphas`` beside the run's own (``alpha_A_val`` / ``alpha_A_test``).
+    After a contrastive stage, epoch 0 is the probe on the tuned encoder (SetFit's model)."""
     from transformers import AutoModel, AutoTokenizer
 
     from masdr_router import TrainConfig
@@ -49,7 +55,8 @@ def curves(name: str, seed: int, max_docs_per_scope: int | None) -> dict[str, An
     ds = load_dataset(name, max_docs_per_scope=max_docs_per_scope, seed=0)
     split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
     pool, test = split["train"] + split["val"], split["test"]
-    cfg = TrainConfig.from_dict({**TrainConfig().to_dict(), "progress": False, "seed": seed, "device": "cpu"})
+    cfg = TrainConfig.from_dict({**TrainConfig().to_dict(), "progress": False, "seed": seed, "device": "cpu",
+                                 **(overrides or {})})
     labels = ds.taxonomy.names
     with T.run_scope(cfg, "cpu"):
         base = resolve_encoder_path(cfg.base_model)
@@ -59,17 +66,30 @@ def curves(name: str, seed: int, max_docs_per_scope: int | None) -> dict[str, An
         probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
                           seed=cfg.seed, sample_weight=tr.weight.numpy(), normalize=cfg.normalize)
         epochs = T.epoch_budget(cfg, len(tr_q))
-        run = T.build_run(cfg, labels, base, tok, tr, va, key="holdout-epochs", epochs=epochs, head_init=probe)
+        stage = T.use_contrastive(cfg, "holdout", len(tr_q) / len(labels))
+        run = T.build_run(cfg, labels, base, tok, tr, va, key="holdout-epochs", epochs=epochs, head_init=probe,
+                          contrastive=stage)
+        own = run.alpha
 
         def f1(enc: Any) -> float:
             return round(T.macro_f1(enc.y.numpy(), run.predict_logits(enc.ids, enc.mask).argmax(1), len(labels)), 4)
 
+        def scored(row: dict[str, Any]) -> dict[str, Any]:
+            for a in alphas:
+                run.alpha = a
+                row.update({f"alpha_{a:g}_val": f1(va), f"alpha_{a:g}_test": f1(te)})
+            run.alpha = own
+            return row
+
         states: list[dict[str, Any]] = []
         rows = []
+        if stage:  # before any fine-tuning: the head is the probe on the tuned encoder
+            start = {"epoch": 0, "val": f1(va), "test": f1(te)}
+            print(json.dumps({"dataset": name, "seed": seed, **start}), flush=True)
         for e in range(epochs):
             T.train_one_epoch(run, e)
             states.append(trainable_state(run.unwrapped))
-            row = {"epoch": e + 1, "val": f1(va), "test": f1(te)}
+            row = scored({"epoch": e + 1, "val": f1(va), "test": f1(te)})
             if e >= 2:
                 load_trainable_state(run.unwrapped, {k: sum(s[k] for s in states[-3:]) / 3 for k in states[-1]})
                 row.update(avg3_val=f1(va), avg3_test=f1(te))
@@ -77,6 +97,8 @@ def curves(name: str, seed: int, max_docs_per_scope: int | None) -> dict[str, An
             rows.append(row)
             print(json.dumps({"dataset": name, "seed": seed, **row}), flush=True)
     return {"dataset": name, "seed": seed, "n_train": len(tr_q), "n_val": len(va_q), "n_test": len(test),
+            "overrides": overrides or {}, "alpha": own, "contrastive": run.contrastive,
+            **({"stage_probe": start} if stage else {}),
             "epochs": rows, "rules": rules(rows, cfg.early_stopping_patience)}
 
 
@@ -101,13 +123,15 @@ def rules(rows: list[dict[str, Any]], patience: int) -> dict[str, Any]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| set | seed | n train / val | " + " | ".join(RULES) + " |", "|---" * (len(RULES) + 3) + "|"]
+    lines = ["| set | seed | --set | n train / val | " + " | ".join(RULES) + " |", "|---" * (len(RULES) + 4) + "|"]
     for r in results:
         cells = []
         for rule in RULES:
             c = r["rules"][rule]
             cells.append(f"{c['test']:.3f}" + (f" (@{c['epoch']})" if rule in ("early stop", "best val") else ""))
-        lines.append(f"| {r['dataset']} | {r['seed']} | {r['n_train']} / {r['n_val']} | " + " | ".join(cells) + " |")
+        sets = " ".join(f"{k}={v}" for k, v in r.get("overrides", {}).items()) or "-"
+        lines.append(f"| {r['dataset']} | {r['seed']} | {sets} | {r['n_train']} / {r['n_val']} | "
+                     + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -118,13 +142,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--datasets", nargs="+", choices=list(DATASETS), default=["bbc", "composite"])
     ap.add_argument("--seed", type=int, default=0, help="TrainConfig.seed: the validation split and the init")
     ap.add_argument("--max-docs-per-scope", type=int, default=None, help="subsample the data sets (e.g. 20ng)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="TrainConfig override, as `masdr train --set` (e.g. contrastive=on)")
+    ap.add_argument("--alphas", type=float, nargs="*", default=[],
+                    help="also score every epoch at these WiSE-FT weights (1: the fine-tuned run alone)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/holdout_epochs.json"))
     args = ap.parse_args(argv)
+    from masdr_router.training.run import parse_overrides
+
+    overrides = parse_overrides(args.set)
     done = json.loads(args.out.read_text()) if args.out.exists() else []  # resume: keep finished sets
     for name in args.datasets:
-        if any(r["dataset"] == name and r["seed"] == args.seed for r in done):
+        if any(r["dataset"] == name and r["seed"] == args.seed and r.get("overrides", {}) == overrides
+               for r in done):
             continue
-        done.append(curves(name, args.seed, args.max_docs_per_scope))
+        done.append(curves(name, args.seed, args.max_docs_per_scope, overrides, tuple(args.alphas)))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(done, indent=1))
     print(table(done))
