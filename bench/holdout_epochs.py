@@ -129,7 +129,7 @@ def table(results: list[dict[str, Any]]) -> str:
         for rule in RULES:
             c = r["rules"][rule]
             cells.append(f"{c['test']:.3f}" + (f" (@{c['epoch']})" if rule in ("early stop", "best val") else ""))
-        sets = " ".join(f"{k}={v}" for k, v in r.get("overrides", {}).items()) or "-"
+        sets = " ".join(r.get("set") or []) or "-"  # as typed: YAML reads contrastive=on as True
         lines.append(f"| {r['dataset']} | {r['seed']} | {sets} | {r['n_train']} / {r['n_val']} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         if any(r["dataset"] == name and r["seed"] == args.seed and r.get("overrides", {}) == overrides
                for r in done):
             continue
-        done.append(curves(name, args.seed, args.max_docs_per_scope, overrides, tuple(args.alphas)))
+        result = curves(name, args.seed, args.max_docs_per_scope, overrides, tuple(args.alphas))
+        done.append({**result, "set": args.set})
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(done, indent=1))
     print(table(done))
