@@ -97,7 +97,7 @@ def curves(name: str, seed: int, max_docs_per_scope: int | None, overrides: dict
             rows.append(row)
             print(json.dumps({"dataset": name, "seed": seed, **row}), flush=True)
     return {"dataset": name, "seed": seed, "n_train": len(tr_q), "n_val": len(va_q), "n_test": len(test),
-            "overrides": overrides or {}, "alpha": own, "contrastive": run.contrastive,
+            "alpha": own, "contrastive": run.contrastive,
             **({"stage_probe": start} if stage else {}),
             "epochs": rows, "rules": rules(rows, cfg.early_stopping_patience)}
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     overrides = parse_overrides(args.set)
     done = json.loads(args.out.read_text()) if args.out.exists() else []  # resume: keep finished sets
     for name in args.datasets:
-        if any(r["dataset"] == name and r["seed"] == args.seed and r.get("overrides", {}) == overrides
+        if any(r["dataset"] == name and r["seed"] == args.seed and parse_overrides(r.get("set")) == overrides
                for r in done):
             continue
         result = curves(name, args.seed, args.max_docs_per_scope, overrides, tuple(args.alphas))

@@ -231,7 +231,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                               "overrides": args.set, "results": []}
     if args.out.exists():  # resume: keep finished cells
         # a failed system is tried again
-        report["results"] = [r for r in json.loads(args.out.read_text()).get("results", []) if "error" not in r]
+        earlier = json.loads(args.out.read_text())
+        report["results"] = [r for r in earlier.get("results", []) if "error" not in r]
+        # a cell kept from a run with other settings would pass for this run's: refused, as --report refuses it
+        for r in report["results"]:
+            now = {"system": r["system"], "overrides": args.set, "setfit_seed": args.setfit_seed,
+                   "setfit_max_steps": args.setfit_max_steps}
+            if r["system"] in args.systems and variant({"overrides": earlier.get("overrides"), **r}) != variant(now):
+                ap.error(f"{args.out} holds {r['dataset']} {r['size']} {r['system']} run as "
+                         f"{variant({'overrides': earlier.get('overrides'), **r})}, not {variant(now)}; "
+                         "write this run to another --out")
     done = {(r["dataset"], r["size"], r["system"]) for r in report["results"]}
     emb = Embedder("minilm", device="cpu", max_length=64)
     for name in args.datasets:
