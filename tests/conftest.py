@@ -57,7 +57,8 @@ def bbc_index_dir(bbc_index, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def small_router(bbc_small, tmp_path_factory):
-    """A LoRA router trained for two epochs on the 30 small-BBC headlines, exported as bbc-router/."""
+    """A LoRA router trained for two epochs on the 30 small-BBC headlines, exported as bbc-router/: the
+    default holdout soup of three runs, so the serving, ONNX and artifact tests load a soup's artifact."""
     from masdr_router import TrainConfig, train_router
 
     res = train_router(bbc_small.taxonomy, bbc_small.queries, None,

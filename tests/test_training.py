@@ -17,10 +17,10 @@ from masdr_router import LabelledQuery, LoraRouter, Taxonomy, TaxonomyMismatchEr
 from masdr_router.errors import ConfigError, ValidationError
 from masdr_router.training.calibration import choose_threshold, expected_calibration_error, fit_temperature
 
-# the mechanics of the holdout regime (export, resume, logging) on a few epochs; the regimes themselves
-# and the probe guard have their own tests below
+# the mechanics of the holdout regime (export, resume, logging) on a few epochs and one run; the regimes,
+# the probe guard and the soup of several runs have their own tests below
 FAST = {"epochs": 2, "batch_size": 16, "max_length": 32, "progress": False, "learning_rate": 2e-3,
-        "regime": "holdout", "min_steps": 0, "keep_probe": False}
+        "regime": "holdout", "min_steps": 0, "keep_probe": False, "holdout_soup": 1}
 
 
 def kill_after(epoch):
@@ -140,6 +140,97 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(bbc_queries, tmp
     assert [h["val_macro_f1"] for h in resumed.history] == pytest.approx([h["val_macro_f1"] for h in full.history])
     texts = [q.query for q in qs]
     np.testing.assert_allclose(resumed.router.predict_proba(texts), full.router.predict_proba(texts), atol=1e-5)
+
+
+def test_a_soup_is_the_average_of_its_runs_weights_exactly(minilm):
+    """Two LoRA runs' soup predicts as the plain encoder whose weights are the average of the two runs'
+    merged weights, with the average head; and its adapter config says the stacked rank."""
+    import copy
+
+    import torch
+    from transformers import AutoModel
+
+    from masdr_router.routers.lora.model import RouterModel
+    from masdr_router.training.model import build_lora_model, model_soup
+
+    path, tok, _ = minilm
+    runs = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        m = build_lora_model(path, 3, pooling="mean", head_dropout=0.0, lora_r=4, lora_alpha=8, lora_dropout=0.0,
+                             target_modules=["query", "value"], normalize=True)
+        with torch.no_grad():  # B starts at zero: give each run an update of its own, as training would
+            for n, p in m.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.05)
+        runs.append(m.eval())
+    merged = [copy.deepcopy(m.encoder).merge_and_unload().state_dict() for m in runs]
+    reference = RouterModel(AutoModel.from_pretrained(path), 3, pooling="mean", head_dropout=0.0, normalize=True).eval()
+    reference.encoder.load_state_dict({k: (merged[0][k] + merged[1][k]) / 2 for k in merged[0]})
+    reference.head.load_state_dict({k: (runs[0].head.state_dict()[k] + runs[1].head.state_dict()[k]) / 2
+                                    for k in ("weight", "bias")})
+    enc = tok(["the bank raised interest rates", "a late goal won the cup final"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        alone = runs[0](enc["input_ids"], enc["attention_mask"]).clone()
+        expected = reference(enc["input_ids"], enc["attention_mask"])
+        soup = model_soup(runs)(enc["input_ids"], enc["attention_mask"])
+    assert (alone - expected).abs().max() > 1e-3  # the runs differ: averaging them changes the model
+    torch.testing.assert_close(soup, expected, atol=1e-5, rtol=1e-4)
+    conf = runs[0].encoder.peft_config["default"]
+    assert (conf.r, conf.lora_alpha) == (8, 16)
+
+
+def test_the_holdout_soup_trains_its_runs_exports_one_model_and_resumes_each_run(bbc_queries, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModel
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+    from masdr_router.training.card import model_card
+
+    tax, qs = bbc_queries
+    texts = [q.query for q in qs]
+    cfg = TrainConfig(**{**FAST, "holdout_soup": 2})
+    alone = train_router(tax, qs, None, TrainConfig(**FAST))
+    soup = train_router(tax, qs, None, cfg)
+    sel = soup.extra["selection"]
+    assert sel["soup"]["members"] == 2 and len(sel["soup"]["member_val_macro_f1"]) == 2
+    # its first run is the single run; the export is not
+    assert sel["soup"]["member_val_macro_f1"][0] == pytest.approx(alone.val_metrics["macro_f1"])
+    assert np.abs(soup.router.predict_proba(texts) - alone.router.predict_proba(texts)).max() > 1e-3
+    assert soup.router.meta["lora"]["r"] == 2 * cfg.lora_r and soup.router.meta["lora"]["soup_members"] == 2
+    assert soup.extra["trainable_params"] == alone.extra["trainable_params"]  # per run
+    metrics = {"val": soup.val_metrics, "calibration": soup.calibration, "history": soup.history,
+               "n_train": soup.n_train, "n_val": soup.n_val, "train_seconds": soup.train_seconds, **soup.extra}
+    card = model_card(soup.router, metrics, cfg)
+    assert "soup (weight average) of 2 runs" in card and f"adapter rank {2 * cfg.lora_r}" in card
+
+    # the exported adapter alone, on the published base, is the exported encoder
+    out = soup.router.save_pretrained(tmp_path / "router")
+    adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"]) == (2 * cfg.lora_r, 2 * cfg.lora_alpha)
+    rebuilt = PeftModel.from_pretrained(AutoModel.from_pretrained(resolve_encoder_path("minilm")),
+                                        out / "adapter").merge_and_unload().state_dict()
+    exported = AutoModel.from_pretrained(out / "encoder").state_dict()
+    assert max(float((rebuilt[k] - exported[k]).abs().max()) for k in exported) < 1e-5
+    loaded = LoraRouter.from_pretrained(out, taxonomy=tax, device="cpu")
+    np.testing.assert_allclose(loaded.predict_proba(texts), soup.router.predict_proba(texts), atol=1e-5)
+
+    # killed in the second run's first epoch: the resumed soup retrains neither the first run nor that epoch
+    ends = []
+
+    def record(end):
+        ends.append(end.epoch)
+        if len(ends) == cfg.epochs + 1:
+            raise KeyboardInterrupt
+
+    ckpt = tmp_path / "run.ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        train_router(tax, qs, None, cfg, checkpoint_dir=ckpt, on_epoch_end=record)
+    assert json.loads((ckpt / "soup-member-1" / "state.json").read_text())["epoch"] == 1
+    ends.clear()
+    resumed = train_router(tax, qs, None, cfg, checkpoint_dir=ckpt, on_epoch_end=ends.append)
+    assert [e.epoch for e in ends] == [2]
+    np.testing.assert_allclose(resumed.router.predict_proba(texts), soup.router.predict_proba(texts), atol=1e-5)
 
 
 def test_a_checkpoint_of_another_run_is_not_resumed(bbc_queries, tmp_path):

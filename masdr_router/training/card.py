@@ -57,7 +57,7 @@ def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) ->
         "## Model",
         f"- base encoder: `{cfg.base_model}`, {cfg.pooling} pooling{', L2-normalised' if router.normalize else ''}, "
         f"max {cfg.max_length} tokens",
-        f"- LoRA r={cfg.lora_r}, alpha={cfg.lora_alpha}, dropout={cfg.lora_dropout}, "
+        f"- LoRA r={cfg.lora_r}{_soup_rank(metrics, cfg.lora_r)}, alpha={cfg.lora_alpha}, dropout={cfg.lora_dropout}, "
         f"modules {', '.join(cfg.target_modules)}; {metrics.get('trainable_params', '?'):,} trainable of "
         f"{metrics.get('total_params', '?'):,} parameters",
         f"- taxonomy fingerprint `{router.taxonomy.fingerprint}`",
@@ -160,8 +160,18 @@ def selection_line(metrics: dict[str, Any]) -> str:
     alpha = sel.get("alpha")
     wise = (f", exported as the weight-space ensemble (WiSE-FT, alpha {alpha:g}) of the fine-tuned model and the "
             f"probe it started from" if alpha is not None and alpha < 1 else "")
-    return (f"LoRA fine-tuned: {first}a probe-initialised head{wise}; {held} macro-F1 {_f(lora)} against the frozen "
-            f"probe's {_f(probe)}{within}")
+    soup = sel.get("soup") or {}
+    souped = (f", the uniform soup (weight average) of {soup['members']} runs at consecutive seeds (their {held} "
+              f"macro-F1 {', '.join(_f(v) for v in soup['member_val_macro_f1'])})" if soup.get("members") else "")
+    return (f"LoRA fine-tuned: {first}a probe-initialised head{wise}{souped}; {held} macro-F1 {_f(lora)} against the "
+            f"frozen probe's {_f(probe)}{within}")
+
+
+def _soup_rank(metrics: dict[str, Any], lora_r: int) -> str:
+    """``" (adapter rank 48: a soup of 3 runs)"`` when the exported LoRA model is a soup, else ``""``."""
+    sel = metrics.get("selection") or {}
+    k = (sel.get("soup") or {}).get("members") if sel.get("model") == "lora" else None
+    return f" per run (adapter rank {k * lora_r}: a soup of {k} runs)" if k else ""
 
 
 def _threshold_line(router: LoraRouter, metrics: dict[str, Any]) -> str:

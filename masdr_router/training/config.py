@@ -161,6 +161,10 @@ class TrainConfig(ConfigBase):
                 "to zero (the validation split then only chooses between LoRA and the frozen heads, and "
                 "calibrates); 'best', the best validation macro-F1, stopping after early_stopping_patience epochs "
                 "without gain"})
+    holdout_soup: int = field(default=3, metadata={
+        "help": "the holdout regime fine-tunes this many runs on its training split, at seeds seed, seed+1, ..., "
+                "and exports their uniform soup (the average of their weights: one model, served at one model's "
+                "cost; its adapter has rank holdout_soup x lora_r); 1: one run"})
     early_stopping_patience: int = field(default=3, metadata={
         "help": "with holdout_choice: best, stop after this many epochs without val macro-F1 gain"})
     val_fraction: float = field(default=0.15, metadata={"help": "held out of train when no val file"})
@@ -195,6 +199,7 @@ class TrainConfig(ConfigBase):
                 for k in ("lora_dropout", "head_dropout", "warmup_ratio", "label_smoothing")]
         return [*positive, *unit,
                 ("weight_decay", self.weight_decay >= 0, f"must be >= 0, got {self.weight_decay}"),
+                ("holdout_soup", self.holdout_soup >= 1, f"must be >= 1, got {self.holdout_soup}"),
                 ("early_stopping_patience", self.early_stopping_patience > 0,
                  f"must be > 0, got {self.early_stopping_patience}"),
                 ("val_fraction", 0 < self.val_fraction < 1, f"must be in (0, 1), got {self.val_fraction}"),

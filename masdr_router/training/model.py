@@ -4,7 +4,7 @@ head, and moving its trainable state in and out (for checkpoints and early stopp
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -77,3 +77,55 @@ def ensembled(model: RouterModel, alpha: float, start_head: tuple[torch.Tensor, 
         with torch.no_grad():
             for n, t in saved.items():
                 params[n].copy_(t)
+
+
+def model_soup(models: Sequence[RouterModel]) -> RouterModel:
+    """Make ``models[0]`` the uniform soup (Wortsman et al. 2022) of ``models``, runs of one recipe
+    from one pretrained encoder at different seeds: the model whose weights are the average of theirs.
+
+    Exact and still a LoRA model: the average of k updates ``s·B_i A_i`` is one adapter of rank k·r
+    whose A stacks the ``A_i`` and whose B stacks the ``B_i / k`` (alpha scaled by k keeps ``s``), so
+    the artifact's ``adapter/`` stays loadable with peft. Every other weight that differs between the
+    runs (the head; the encoder itself after a contrastive stage) is averaged.
+
+    >>> import copy, torch
+    >>> from masdr_router.routers.lora.model import RouterModel
+    >>> a = RouterModel(nn.Identity(), 2, hidden_size=3)
+    >>> with torch.no_grad(): _ = a.head.bias.zero_()
+    >>> b = copy.deepcopy(a)
+    >>> with torch.no_grad(): _ = b.head.bias.fill_(1.0)
+    >>> model_soup([a, b]).head.bias.tolist()
+    [0.5, 0.5]
+    """
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    first, k = models[0], len(models)
+    if k == 1:
+        return first
+    modules = [dict(m.named_modules()) for m in models]
+    with torch.no_grad():
+        for name, layer in modules[0].items():
+            if not isinstance(layer, LoraLayer):
+                continue
+            for adapter in list(layer.lora_A.keys()):
+                a = torch.cat([mods[name].lora_A[adapter].weight for mods in modules], dim=0)
+                b = torch.cat([mods[name].lora_B[adapter].weight for mods in modules], dim=1) / k
+                new_a = nn.Linear(a.shape[1], a.shape[0], bias=False).to(a.device, a.dtype)
+                new_b = nn.Linear(b.shape[1], b.shape[0], bias=False).to(b.device, b.dtype)
+                new_a.weight.copy_(a)
+                new_b.weight.copy_(b)
+                layer.lora_A[adapter], layer.lora_B[adapter] = new_a, new_b
+                layer.r[adapter] *= k
+                layer.lora_alpha[adapter] *= k  # scaling = alpha / r: unchanged
+        for conf in getattr(first.encoder, "peft_config", {}).values():
+            conf.r, conf.lora_alpha = conf.r * k, conf.lora_alpha * k
+        params = [dict(m.named_parameters()) for m in models]
+        for name, p in params[0].items():
+            if "lora_" in name:
+                continue
+            others = [ps[name] for ps in params[1:]]
+            if all(torch.equal(p, o) for o in others):  # the frozen encoder: left bit for bit as it is
+                continue
+            p.copy_(torch.stack([p, *others]).mean(0))
+    return first
