@@ -168,7 +168,13 @@ def selection_line(metrics: dict[str, Any]) -> str:
 
 
 def _soup_rank(metrics: dict[str, Any], lora_r: int) -> str:
-    """``" (adapter rank 48: a soup of 3 runs)"`` when the exported LoRA model is a soup, else ``""``."""
+    """``" per run (adapter rank 48: a soup of 3 runs)"`` when the exported LoRA model is a soup, else ``""``.
+
+    >>> _soup_rank({"selection": {"model": "lora", "soup": {"members": 3}}}, 16)
+    ' per run (adapter rank 48: a soup of 3 runs)'
+    >>> _soup_rank({"selection": {"model": "probe", "soup": {"members": 3}}}, 16)
+    ''
+    """
     sel = metrics.get("selection") or {}
     k = (sel.get("soup") or {}).get("members") if sel.get("model") == "lora" else None
     return f" per run (adapter rank {k * lora_r}: a soup of {k} runs)" if k else ""

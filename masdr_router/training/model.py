@@ -97,7 +97,6 @@ def model_soup(models: Sequence[RouterModel]) -> RouterModel:
     >>> model_soup([a, b]).head.bias.tolist()
     [0.5, 0.5]
     """
-    import torch
     from peft.tuners.lora import LoraLayer
 
     first, k = models[0], len(models)
