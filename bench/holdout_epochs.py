@@ -25,36 +25,56 @@ test split as ``learning_curve.py`` with ``--sizes all``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from learning_curve import load_builtin  # the pool and test split every bench script shares
 
 RULES = ("early stop", "best val", "last", "late mean", "avg3")
 
 
-def curves(name: str, seed: int, max_docs_per_scope: int | None, overrides: dict[str, Any] | None = None,
-           alphas: tuple[float, ...] = ()) -> dict[str, Any]:
-    """Per-epoch validation and test macro-F1 of the holdout run on all of ``name``'s pool: with
-    ``overrides`` (TrainConfig fields, e.g. ``contrastive: on``) as ``--set`` gives them to the trainer,
-    and at each WiSE-FT weight in ``alphas`` beside the run's own (``alpha_A_val`` / ``alpha_A_test``).
-    After a contrastive stage, epoch 0 is the probe on the tuned encoder (SetFit's model)."""
+@dataclass
+class Holdout:
+    """The holdout run's inputs, as the trainer prepares them: its config, split, encoded splits
+    (train, validation, test), the probe its head starts from and its epoch budget."""
+
+    cfg: Any
+    labels: list[str]
+    base: str
+    tokenizer: Any
+    n_train: int
+    n_val: int
+    n_test: int
+    tr: Any
+    va: Any
+    te: Any
+    probe: Any
+    epochs: int
+
+
+@contextlib.contextmanager
+def holdout(name: str, seed: int, max_docs_per_scope: int | None,
+            overrides: dict[str, Any] | None = None) -> Iterator[Holdout]:
+    """The holdout run on all of ``name``'s pool (``learning_curve.py``'s pool and test split, the trainer's
+    validation split for ``seed``), inside the trainer's run scope; ``overrides`` as ``--set`` gives them."""
     from transformers import AutoModel, AutoTokenizer
 
     from masdr_router import TrainConfig
-    from masdr_router.datasets import load_dataset
-    from masdr_router.datasets.splits import stratified_split
     from masdr_router.retrieval.embedder import resolve_encoder_path
     from masdr_router.training import trainer as T
-    from masdr_router.training.model import load_trainable_state, trainable_state
     from masdr_router.training.probe import fit_probe
 
-    ds = load_dataset(name, max_docs_per_scope=max_docs_per_scope, seed=0)
-    split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
-    pool, test = split["train"] + split["val"], split["test"]
+    ds, pool, test = load_builtin(name, max_docs_per_scope)
     cfg = TrainConfig.from_dict({**TrainConfig().to_dict(), "progress": False, "seed": seed, "device": "cpu",
                                  **(overrides or {})})
     labels = ds.taxonomy.names
@@ -65,8 +85,36 @@ def curves(name: str, seed: int, max_docs_per_scope: int | None, overrides: dict
         tr, va, te = (T.encode(cfg, labels, q, tok, frozen) for q in (tr_q, va_q, test))
         probe = fit_probe(tr.features, tr.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
                           seed=cfg.seed, sample_weight=tr.weight.numpy(), normalize=cfg.normalize)
-        epochs = T.epoch_budget(cfg, len(tr_q))
-        stage = T.use_contrastive(cfg, "holdout", len(tr_q) / len(labels))
+        yield Holdout(cfg, labels, base, tok, len(tr_q), len(va_q), len(test), tr, va, te, probe,
+                      T.epoch_budget(cfg, len(tr_q)))
+
+
+def run_sets(out: Path, datasets: list[str], finished: Callable[[dict[str, Any], str], bool],
+             measure: Callable[[str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``measure`` each data set not yet ``finished`` in ``out`` (resumable: the file is rewritten after each)."""
+    done = json.loads(out.read_text()) if out.exists() else []
+    for name in datasets:
+        if any(finished(r, name) for r in done):
+            continue
+        done.append(measure(name))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(done, indent=1))
+    return done
+
+
+def curves(name: str, seed: int, max_docs_per_scope: int | None, overrides: dict[str, Any] | None = None,
+           alphas: tuple[float, ...] = ()) -> dict[str, Any]:
+    """Per-epoch validation and test macro-F1 of the holdout run on all of ``name``'s pool: with
+    ``overrides`` (TrainConfig fields, e.g. ``contrastive: on``) as ``--set`` gives them to the trainer,
+    and at each WiSE-FT weight in ``alphas`` beside the run's own (``alpha_A_val`` / ``alpha_A_test``).
+    After a contrastive stage, epoch 0 is the probe on the tuned encoder (SetFit's model)."""
+    from masdr_router.training import trainer as T
+    from masdr_router.training.model import load_trainable_state, trainable_state
+
+    with holdout(name, seed, max_docs_per_scope, overrides) as h:
+        cfg, labels, tr, va, te, probe, epochs = h.cfg, h.labels, h.tr, h.va, h.te, h.probe, h.epochs
+        base, tok = h.base, h.tokenizer
+        stage = T.use_contrastive(cfg, "holdout", h.n_train / len(labels))
         run = T.build_run(cfg, labels, base, tok, tr, va, key="holdout-epochs", epochs=epochs, head_init=probe,
                           contrastive=stage)
         own = run.alpha
@@ -96,7 +144,7 @@ def curves(name: str, seed: int, max_docs_per_scope: int | None, overrides: dict
                 load_trainable_state(run.unwrapped, states[-1])
             rows.append(row)
             print(json.dumps({"dataset": name, "seed": seed, **row}), flush=True)
-    return {"dataset": name, "seed": seed, "n_train": len(tr_q), "n_val": len(va_q), "n_test": len(test),
+    return {"dataset": name, "seed": seed, "n_train": h.n_train, "n_val": h.n_val, "n_test": h.n_test,
             "alpha": own, "contrastive": run.contrastive,
             **({"stage_probe": start} if stage else {}),
             "epochs": rows, "rules": rules(rows, cfg.early_stopping_patience)}
@@ -151,15 +199,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from masdr_router.training.run import parse_overrides
 
     overrides = parse_overrides(args.set)
-    done = json.loads(args.out.read_text()) if args.out.exists() else []  # resume: keep finished sets
-    for name in args.datasets:
-        if any(r["dataset"] == name and r["seed"] == args.seed and parse_overrides(r.get("set")) == overrides
-               for r in done):
-            continue
-        result = curves(name, args.seed, args.max_docs_per_scope, overrides, tuple(args.alphas))
-        done.append({**result, "set": args.set})
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(done, indent=1))
+    done = run_sets(args.out, args.datasets,
+                    lambda r, name: r["dataset"] == name and r["seed"] == args.seed
+                    and parse_overrides(r.get("set")) == overrides,
+                    lambda name: {**curves(name, args.seed, args.max_docs_per_scope, overrides, tuple(args.alphas)),
+                                  "set": args.set})
     print(table(done))
     return done
 

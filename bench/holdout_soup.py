@@ -24,42 +24,29 @@ import argparse
 import copy
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from holdout_epochs import holdout, run_sets  # the trainer's holdout run, resumable per data set
 
 
 def soups(name: str, seed: int, members: int, max_docs_per_scope: int | None) -> dict[str, Any]:
     """Per run and per soup size k = 2..members: validation and test macro-F1 (and test accuracy)."""
     import numpy as np
     import torch
-    from transformers import AutoModel, AutoTokenizer
 
     from masdr_router import TrainConfig
-    from masdr_router.datasets import load_dataset
-    from masdr_router.datasets.splits import stratified_split
-    from masdr_router.retrieval.embedder import resolve_encoder_path
     from masdr_router.training import trainer as T
     from masdr_router.training.model import model_soup
-    from masdr_router.training.probe import fit_probe
 
-    ds = load_dataset(name, max_docs_per_scope=max_docs_per_scope, seed=0)
-    split = stratified_split(ds.queries, val=0.1, test=0.2, seed=0)
-    pool, test = split["train"] + split["val"], split["test"]
-    cfg = TrainConfig.from_dict({**TrainConfig().to_dict(), "progress": False, "seed": seed, "device": "cpu"})
-    labels = ds.taxonomy.names
-    n = len(labels)
-    with T.run_scope(cfg, "cpu"):
-        base = resolve_encoder_path(cfg.base_model)
-        tok, frozen = AutoTokenizer.from_pretrained(base), AutoModel.from_pretrained(base).eval()
-        tr_q, va_q = T.prepare_splits(pool, None, cfg)
-        tr, va, te = (T.encode(cfg, labels, q, tok, frozen) for q in (tr_q, va_q, test))
-        probe = fit_probe(tr.features, tr.y.numpy(), n, balanced=cfg.class_weighting == "balanced", seed=cfg.seed,
-                          sample_weight=tr.weight.numpy(), normalize=cfg.normalize)
-        epochs = T.epoch_budget(cfg, len(tr_q))
+    with holdout(name, seed, max_docs_per_scope) as h:
+        cfg, labels, tr, va, te, n = h.cfg, h.labels, h.tr, h.va, h.te, len(h.labels)
         yv, yt = va.y.numpy(), te.y.numpy()
 
         def scores(val: np.ndarray, tst: np.ndarray) -> dict[str, float]:
@@ -70,9 +57,9 @@ def soups(name: str, seed: int, members: int, max_docs_per_scope: int | None) ->
         runs, probs, rows, agg = [], [], [], []
         for i in range(members):
             t0 = time.perf_counter()
-            run = T.build_run(TrainConfig.from_dict({**cfg.to_dict(), "seed": seed + i}), labels, base, tok, tr, va,
-                              key=f"soup-{i}", epochs=epochs, head_init=probe)
-            for e in range(epochs):
+            run = T.build_run(TrainConfig.from_dict({**cfg.to_dict(), "seed": seed + i}), labels, h.base, h.tokenizer,
+                              tr, va, key=f"soup-{i}", epochs=h.epochs, head_init=h.probe)
+            for e in range(h.epochs):
                 T.train_one_epoch(run, e)
             run.finish()
             lv, lt = run.predict_logits(va.ids, va.mask), run.predict_logits(te.ids, te.mask)
@@ -94,7 +81,7 @@ def soups(name: str, seed: int, members: int, max_docs_per_scope: int | None) ->
             agg.append({"k": i + 1, "soup": scores(sv, st), "ensemble": scores(ens[0], ens[1]),
                         "mean_run_test": round(float(np.mean([r["test"] for r in rows])), 4)})
             print(json.dumps({"dataset": name, **agg[-1]}), flush=True)
-    return {"dataset": name, "seed": seed, "n_train": len(tr_q), "n_val": len(va_q), "n_test": len(test),
+    return {"dataset": name, "seed": seed, "n_train": h.n_train, "n_val": h.n_val, "n_test": h.n_test,
             "runs": rows, "soups": agg}
 
 
@@ -125,13 +112,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = ap.parse_args(argv)
     if args.members < 2:
         ap.error("--members must be at least 2 (one run is no soup)")
-    done = json.loads(args.out.read_text()) if args.out.exists() else []  # resume: keep finished sets
-    for name in args.datasets:
-        if any(r["dataset"] == name and r["seed"] == args.seed and len(r["runs"]) == args.members for r in done):
-            continue
-        done.append(soups(name, args.seed, args.members, args.max_docs_per_scope))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(done, indent=1))
+    done = run_sets(args.out, args.datasets,
+                    lambda r, name: r["dataset"] == name and r["seed"] == args.seed and len(r["runs"]) == args.members,
+                    lambda name: soups(name, args.seed, args.members, args.max_docs_per_scope))
     print(table(done))
     return done
 
