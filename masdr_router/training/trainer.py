@@ -880,7 +880,7 @@ def _fine_tune_holdout(cfg: TrainConfig, labels: list[str], base_path: str, toke
     val_f1: list[float] = []
     for i in range(cfg.holdout_soup):
         # Runs at other seeds (initialisation, order, dropout) on the same split, averaged: one run's test
-        # macro-F1 moved by up to 0.045 with its seed alone, and on eleven set-and-split rows of five development
+        # macro-F1 moved by up to 0.05 with its seed alone, and on eleven set-and-split rows of five development
         # sets the soup of three scored above its runs' mean on nine, +0.007 on average, and above the worst
         # run on all eleven (README, "All the data: a soup of three seeds"). Each run checkpoints apart.
         member_cfg = cfg if i == 0 else dataclasses.replace(cfg, seed=cfg.seed + i)
