@@ -233,28 +233,6 @@ def test_the_holdout_soup_trains_its_runs_exports_one_model_and_resumes_each_run
     np.testing.assert_allclose(resumed.router.predict_proba(texts), soup.router.predict_proba(texts), atol=1e-5)
 
 
-def test_the_cv_soup_refits_several_seeds_on_the_same_folds_and_exports_one_model(bbc_queries, tmp_path):
-    from masdr_router.training.card import model_card
-
-    tax, qs = bbc_queries
-    texts = [q.query for q in qs]
-    common = {**FAST, "regime": "cv", "cv_folds": 2, "cv_choice": "budget", "contrastive": "off"}
-    alone = train_router(tax, qs, None, TrainConfig(**common))
-    cfg = TrainConfig(**{**common, "cv_soup": 2})
-    soup = train_router(tax, qs, None, cfg)
-    sel = soup.extra["selection"]
-    assert sel["model"] == "lora" and sel["soup"] == {"members": 2}
-    # the folds, and so the held-out scores and the calibration, are the single refit's
-    assert soup.val_metrics["macro_f1"] == pytest.approx(alone.val_metrics["macro_f1"])
-    assert np.abs(soup.router.predict_proba(texts) - alone.router.predict_proba(texts)).max() > 1e-3
-    assert soup.router.meta["lora"]["r"] == 2 * cfg.lora_r and soup.router.meta["lora"]["soup_members"] == 2
-    metrics = {"val": soup.val_metrics, "calibration": soup.calibration, "history": soup.history,
-               "n_train": soup.n_train, "n_val": soup.n_val, "train_seconds": soup.train_seconds, **soup.extra}
-    assert "soup (weight average) of 2 runs at consecutive seeds;" in model_card(soup.router, metrics, cfg)
-    loaded = LoraRouter.from_pretrained(soup.router.save_pretrained(tmp_path / "router"), taxonomy=tax, device="cpu")
-    np.testing.assert_allclose(loaded.predict_proba(texts), soup.router.predict_proba(texts), atol=1e-5)
-
-
 def test_a_checkpoint_of_another_run_is_not_resumed(bbc_queries, tmp_path):
     tax, qs = bbc_queries
     ckpt = tmp_path / "run.ckpt"

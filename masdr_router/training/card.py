@@ -161,10 +161,8 @@ def selection_line(metrics: dict[str, Any]) -> str:
     wise = (f", exported as the weight-space ensemble (WiSE-FT, alpha {alpha:g}) of the fine-tuned model and the "
             f"probe it started from" if alpha is not None and alpha < 1 else "")
     soup = sel.get("soup") or {}
-    member_scores = (f" (their {held} macro-F1 {', '.join(_f(v) for v in soup['member_val_macro_f1'])})"
-                     if soup.get("member_val_macro_f1") else "")  # a cv refit has no held-out queries of its own
-    souped = (f", the uniform soup (weight average) of {soup['members']} runs at consecutive seeds{member_scores}"
-              if soup.get("members") else "")
+    souped = (f", the uniform soup (weight average) of {soup['members']} runs at consecutive seeds (their {held} "
+              f"macro-F1 {', '.join(_f(v) for v in soup['member_val_macro_f1'])})" if soup.get("members") else "")
     return (f"LoRA fine-tuned: {first}a probe-initialised head{wise}{souped}; {held} macro-F1 {_f(lora)} against the "
             f"frozen probe's {_f(probe)}{within}")
 

@@ -165,9 +165,6 @@ class TrainConfig(ConfigBase):
         "help": "the holdout regime fine-tunes this many runs on its training split, at seeds seed, seed+1, ..., "
                 "and exports their uniform soup (the average of their weights: one model, served at one model's "
                 "cost; its adapter has rank holdout_soup x lora_r); 1: one run"})
-    cv_soup: int = field(default=1, metadata={
-        "help": "the cv regime refits this many runs on all the queries, at seeds seed, seed+1, ..., for the epoch "
-                "count the folds chose, and exports their uniform soup (as holdout_soup does); 1: one refit"})
     early_stopping_patience: int = field(default=3, metadata={
         "help": "with holdout_choice: best, stop after this many epochs without val macro-F1 gain"})
     val_fraction: float = field(default=0.15, metadata={"help": "held out of train when no val file"})
@@ -203,7 +200,6 @@ class TrainConfig(ConfigBase):
         return [*positive, *unit,
                 ("weight_decay", self.weight_decay >= 0, f"must be >= 0, got {self.weight_decay}"),
                 ("holdout_soup", self.holdout_soup >= 1, f"must be >= 1, got {self.holdout_soup}"),
-                ("cv_soup", self.cv_soup >= 1, f"must be >= 1, got {self.cv_soup}"),
                 ("early_stopping_patience", self.early_stopping_patience > 0,
                  f"must be > 0, got {self.early_stopping_patience}"),
                 ("val_fraction", 0 < self.val_fraction < 1, f"must be in (0, 1), got {self.val_fraction}"),
