@@ -32,7 +32,7 @@ from pathlib import Path
 
 WHEELS = ["setfit==1.2.0", "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19", "evaluate==0.4.6",
           "bm25s==0.3.16"]
-SETS = {"bbc": None, "composite": None, "django-docs": None, "sqlalchemy-docs": None, "20ng": 100}
+SETS = {"bbc": None, "composite": None, "django-docs": None, "sqlalchemy-docs": None, "20ng": 100, "pytest-docs": None}
 # 100 a scope: what the CPU cell measured; 1,000: synth-queries' default (~4 MiB for both, all sets)
 PSEUDO_PER_SCOPE = (100, 1000)
 DEVICE_PYTHON = "3.12"  # the GPU image's python3 (KINDS.md)

@@ -14,7 +14,7 @@ RES=${2:-bench/results/device}
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-15}
 SEEDS=${SEEDS:-"0 1 2"}
-SETS=${SETS:-"bbc composite django-docs sqlalchemy-docs 20ng"}
+SETS=${SETS:-"bbc composite django-docs sqlalchemy-docs 20ng pytest-docs"}
 SIZES=${SIZES:-"all 64 32 16 8"}
 SYSTEMS=${SYSTEMS:-"probe tfidf-lr centroid default setfit"}
 LC_ARGS=${LC_ARGS:-}  # more learning_curve.py arguments, e.g. "--set max_epochs=2" for a smoke test
