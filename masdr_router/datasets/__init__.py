@@ -22,7 +22,7 @@ from .sqlalchemy_docs import load_sqlalchemy_docs
 DatasetName = Literal["bbc", "20ng", "composite", "django-docs", "sqlalchemy-docs", "pytest-docs"]
 DATASETS: dict[str, Callable[..., Dataset]] = dict(zip(
     get_args(DatasetName), (load_bbc, load_20ng, load_composite, load_django_docs, load_sqlalchemy_docs,
-                                  load_pytest_docs), strict=True))
+                            load_pytest_docs), strict=True))
 
 __all__ = ["DATASETS", "Dataset", "DatasetName", "load_dataset", "packaged_taxonomy"]
 
