@@ -37,7 +37,7 @@ _RELEASE = re.compile(rf"^(?:({_VERSION}) +\(.*\)|Changes between {_VERSION} and
 
 
 def _release_versions(rst: str) -> str:
-    """``2.3.0 (2012-10-19)``, ``2.9.1 (compared to 2.9.0)`` and ``Changes between 2.0.0 and 2.0.1``
+    r"""``2.3.0 (2012-10-19)``, ``2.9.1 (compared to 2.9.0)`` and ``Changes between 2.0.0 and 2.0.1``
     headings become ``2.3.0``, ``2.9.1`` and ``2.0.1`` (the underline stays long enough: it was
     written for the longer heading).
 
