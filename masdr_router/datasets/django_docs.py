@@ -10,12 +10,9 @@ introduction, FAQ, internals and contributing, release notes, miscellany.
 
 from __future__ import annotations
 
-import tarfile
-
-from ..errors import DatasetError
 from .base import Dataset, packaged_taxonomy
 from .fetch import DJANGO_SDIST, fetch_sdist
-from .rst import Section, build_corpus, sections_of
+from .rst import Section, build_corpus, read_pages, sections_of
 
 PARTS = ("intro", "topics", "howto", "ref", "faq", "internals", "releases", "misc")
 
@@ -23,20 +20,9 @@ PARTS = ("intro", "topics", "howto", "ref", "faq", "internals", "releases", "mis
 def read_django_sections() -> list[Section]:
     """Every section of ``docs/<part>/**/*.txt``, in file-path order. (Pages that are only a table
     of contents leave no section long enough to keep.)"""
-    sdist = fetch_sdist(DJANGO_SDIST)
     root = f"django-{DJANGO_SDIST.version}/docs/"
-    pages: dict[str, str] = {}
-    with tarfile.open(sdist, "r:gz") as tf:
-        for m in tf:  # one sequential pass: seeking backwards in a gzip stream is slow
-            if not (m.isfile() and m.name.startswith(root) and m.name.endswith(".txt")):
-                continue
-            rel = m.name[len(root):-len(".txt")]
-            part, _, rest = rel.partition("/")
-            if part in PARTS and rest:
-                f = tf.extractfile(m)
-                if f is None:  # a regular file always has content; anything else is a broken archive
-                    raise DatasetError(f"{m.name}: unreadable member of the downloaded archive")
-                pages[rel] = f.read().decode("utf-8")
+    pages = read_pages(fetch_sdist(DJANGO_SDIST), root, ".txt",
+                       lambda rel: rel.partition("/")[0] in PARTS and bool(rel.partition("/")[2]))
     return [s for rel in sorted(pages) for s in sections_of(rel, rel.partition("/")[0], pages[rel])]
 
 

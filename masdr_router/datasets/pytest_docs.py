@@ -17,12 +17,10 @@ not tuned on.
 from __future__ import annotations
 
 import re
-import tarfile
 
-from ..errors import DatasetError
 from .base import Dataset, packaged_taxonomy
 from .fetch import PYTEST_SDIST, fetch_sdist
-from .rst import Section, build_corpus, sections_of
+from .rst import Section, build_corpus, read_pages, sections_of
 
 # page (its directory, or its file name at the top level) -> the scope it is routed to; the top-level
 # pages not listed (talks, contact, licence, sponsors, contents) hold no sections to route to
@@ -48,20 +46,8 @@ def _release_versions(rst: str) -> str:
 
 
 def read_pytest_sections() -> list[Section]:
-    sdist = fetch_sdist(PYTEST_SDIST)
     root = f"pytest-{PYTEST_SDIST.version}/doc/en/"
-    pages: dict[str, str] = {}
-    with tarfile.open(sdist, "r:gz") as tf:
-        for m in tf:  # one sequential pass: seeking backwards in a gzip stream is slow
-            if not (m.isfile() and m.name.startswith(root) and m.name.endswith(".rst")):
-                continue
-            rel = m.name[len(root):-len(".rst")]
-            if rel.partition("/")[0] not in PARTS:
-                continue
-            f = tf.extractfile(m)
-            if f is None:  # a regular file always has content; anything else is a broken archive
-                raise DatasetError(f"{m.name}: unreadable member of the downloaded archive")
-            pages[rel] = f.read().decode("utf-8")
+    pages = read_pages(fetch_sdist(PYTEST_SDIST), root, ".rst", lambda rel: rel.partition("/")[0] in PARTS)
     return [s for rel in sorted(pages)
             for s in sections_of(rel, PARTS[rel.partition("/")[0]], _release_versions(pages[rel]))]
 

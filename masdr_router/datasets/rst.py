@@ -10,12 +10,15 @@ dropped after the first and counted.
 from __future__ import annotations
 
 import re
+import tarfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..data import Document, LabelledQuery
+from ..errors import DatasetError
 from .base import subsample_per_scope
 
 MIN_WORDS = 25
@@ -90,6 +93,23 @@ class Section:
     part: str   # the top-level part of the documentation it belongs to: the scope key
     title: str
     text: str   # the body as plain text
+
+
+def read_pages(sdist: Path, root: str, suffix: str, keep: Callable[[str], bool]) -> dict[str, str]:
+    """The text of every file ``root<rel><suffix>`` in the archive whose ``rel`` passes ``keep``, by ``rel``."""
+    pages: dict[str, str] = {}
+    with tarfile.open(sdist, "r:gz") as tf:
+        for m in tf:  # one sequential pass: seeking backwards in a gzip stream is slow
+            if not (m.isfile() and m.name.startswith(root) and m.name.endswith(suffix)):
+                continue
+            rel = m.name[len(root):-len(suffix)]
+            if not keep(rel):
+                continue
+            f = tf.extractfile(m)
+            if f is None:  # a regular file always has content; anything else is a broken archive
+                raise DatasetError(f"{m.name}: unreadable member of the downloaded archive")
+            pages[rel] = f.read().decode("utf-8")
+    return pages
 
 
 def sections_of(file: str, part: str, rst: str) -> list[Section]:
