@@ -85,12 +85,19 @@ def sample_per_scope(pool: list[Any], n: int | None, seed: int) -> list[Any]:
 
 
 def lr_cv(X: Any, y: list[str]) -> Any:
+    import warnings
+
     from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 
     counts = {s: y.count(s) for s in set(y)}
-    if min(counts.values()) >= 3:
-        return LogisticRegressionCV(Cs=[0.1, 0.3, 1, 3, 10, 30], cv=3, max_iter=3000, class_weight="balanced").fit(X, y)
-    return LogisticRegression(C=1.0, max_iter=3000, class_weight="balanced").fit(X, y)
+    with warnings.catch_warnings():
+        # scikit-learn 1.9 announces coming changes of default on every fit (FutureWarning), three per cell;
+        # the fit is the same either way, and the package's own probe silences them likewise
+        warnings.simplefilter("ignore", FutureWarning)
+        if min(counts.values()) >= 3:
+            return LogisticRegressionCV(Cs=[0.1, 0.3, 1, 3, 10, 30], cv=3, max_iter=3000,
+                                        class_weight="balanced").fit(X, y)
+        return LogisticRegression(C=1.0, max_iter=3000, class_weight="balanced").fit(X, y)
 
 
 def tfidf_lr(texts: list[str], y: list[str]) -> tuple[Any, Any]:
