@@ -121,6 +121,31 @@ def test_a_gated_single_router_abstains_below_its_threshold(bbc_small, small_rou
     assert not all(d.abstained for d in plain.route_batch(texts))
 
 
+def test_a_stage_threshold_replaces_the_routers_own_in_both_directions(bbc_small, small_router):
+    tax, texts = bbc_small.taxonomy, [q.query for q in bbc_small.queries]
+    own = build_router(str(small_router), taxonomy=tax).route_batch(texts)
+    assert any(d.abstained for d in own) and not all(d.abstained for d in own)
+    for gate in (0.0, 0.5, 0.9):
+        gated = build_router(f"{small_router}@{gate}", taxonomy=tax)
+        got = [gated.route(t) for t in texts]
+        assert [d.abstained for d in got] == [o.confidence < gate for o in own]
+        assert [d.scope for d in got if not d.abstained] == [
+            max(o.scores, key=o.scores.__getitem__) for o in own if o.confidence >= gate]
+        assert all(d.stage == "lora" for d in got if not d.abstained)
+
+
+def test_a_stage_threshold_does_not_break_a_rule_tie_or_answer_without_a_match():
+    from masdr_router import Taxonomy
+
+    tax = Taxonomy.from_dict({"name": "t", "scopes": [
+        {"name": "sport", "description": "Sport.", "match": {"c": "s"}, "patterns": [r"\bgoal"]},
+        {"name": "business", "description": "Business.", "match": {"c": "b"}, "patterns": [r"\bmarket"]}]})
+    gated = build_router("regex@0", taxonomy=tax)
+    assert gated.route("a late goal").scope == "sport"
+    assert gated.route("goal for the market").abstained  # a tie: the rules cannot tell
+    assert gated.route("weather today").abstained
+
+
 def test_vote_needs_an_index_and_searches_like_the_evaluation(bbc_small, bbc_index, small_router):
     with pytest.raises(RouterSpecError, match="'\\+vote' votes with a global search and needs an index"):
         build_router(f"{small_router}+vote", taxonomy=bbc_small.taxonomy)

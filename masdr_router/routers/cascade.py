@@ -8,6 +8,7 @@ at most once, so a query costs at most one router LLM call.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,17 +24,28 @@ if TYPE_CHECKING:
 
 @dataclass
 class Stage:
-    """One cascade stage: a router and the confidence it needs to decide (``None``: its own call)."""
+    """One cascade stage: a router and the confidence it needs to decide (``None``: its own call).
+
+    A threshold replaces the router's own: ``DIR@0.5`` decides every query its top scope scores at
+    least 0.5 on, also where the router's calibrated threshold (say 0.8) would have abstained. A
+    stage that abstains for another reason (no rule matched, a tie, no confidence) still abstains.
+    """
 
     router: Router
     threshold: float | None = None
 
-    def accepts(self, d: RouteDecision) -> bool:
-        if d.abstained:
-            return False
+    def decision(self, d: RouteDecision) -> RouteDecision | None:
+        """``d`` as this stage's decision, or ``None`` when the next stage should try."""
         if self.threshold is None or d.confidence is None:
-            return True
-        return d.confidence >= self.threshold
+            return None if d.abstained else d
+        if d.confidence < self.threshold:
+            return None
+        if not d.abstained:
+            return d
+        ranked = sorted(d.scores.values(), reverse=True)
+        if not ranked or ranked[0] <= 0 or (len(ranked) > 1 and ranked[0] == ranked[1]):
+            return None
+        return dataclasses.replace(d, scope=max(d.scores, key=d.scores.__getitem__), fallback=())
 
 
 class CascadeRouter(Router):
@@ -67,16 +79,18 @@ class CascadeRouter(Router):
             d = stage.router.route(query)
             llm_calls += d.llm_calls
             ms = (time.perf_counter() - t0) * 1000
-            ok = stage.accepts(d)
-            entry = {"stage": stage.router.name, "scope": d.scope, "confidence": d.confidence,
+            decided = stage.decision(d)
+            ok = decided is not None
+            entry = {"stage": stage.router.name, "scope": d.scope if decided is None else decided.scope,
+                     "confidence": d.confidence,
                      "threshold": stage.threshold, "accepted": ok, "latency_ms": round(ms, 3)}
             errors = [t["error"] for t in d.trace if "error" in t]
             if errors:
                 entry["error"] = errors[0]
             trace.append(entry)
-            if ok:
-                return RouteDecision(scope=d.scope, scores=d.scores, stage=stage.router.name,
-                                     confidence=d.confidence, trace=tuple(trace), fallback=d.fallback,
+            if decided is not None:
+                return RouteDecision(scope=decided.scope, scores=d.scores, stage=stage.router.name,
+                                     confidence=d.confidence, trace=tuple(trace), fallback=decided.fallback,
                                      llm_calls=llm_calls)
         last = trace[-1]
         return RouteDecision(scope=None, stage="global", trace=(*trace, {"stage": "global", "accepted": True}),

@@ -6,7 +6,8 @@ Grammar::
     SPEC   := CHAIN [":" POLICY]          POLICY: how an unsure decision is searched (routers.policy)
     CHAIN  := STAGE ("," STAGE)*          two or more stages are a cascade, tried in order
     STAGE  := BASE ["+vote"] ["@" T]      +vote: retrieval-informed (needs an index);
-                                          @T: the stage answers only at confidence >= T
+                                          @T: the stage answers at confidence >= T (in place of
+                                          its own threshold), else the next one tries
     BASE   := a registered name (global, oracle, regex, llm, llm-logprobs, cascade)
             | a router artifact directory (``masdr train`` writes one)
 
