@@ -8,7 +8,6 @@ at most once, so a query costs at most one router LLM call.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,18 +33,18 @@ class Stage:
     router: Router
     threshold: float | None = None
 
-    def decision(self, d: RouteDecision) -> RouteDecision | None:
-        """``d`` as this stage's decision, or ``None`` when the next stage should try."""
+    def scope(self, d: RouteDecision) -> str | None:
+        """The scope this stage decides from the router's decision ``d``, or ``None``: the next stage tries."""
         if self.threshold is None or d.confidence is None:
-            return None if d.abstained else d
+            return d.scope
         if d.confidence < self.threshold:
             return None
-        if not d.abstained:
-            return d
-        ranked = sorted(d.scores.values(), reverse=True)
-        if not ranked or ranked[0] <= 0 or (len(ranked) > 1 and ranked[0] == ranked[1]):
-            return None
-        return dataclasses.replace(d, scope=max(d.scores, key=d.scores.__getitem__), fallback=())
+        if d.scope is not None:
+            return d.scope
+        ranked = sorted(d.scores.items(), key=lambda kv: kv[1], reverse=True)
+        if not ranked or ranked[0][1] <= 0 or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+            return None  # no rule matched, or a tie: nothing to decide at any threshold
+        return ranked[0][0]
 
 
 class CascadeRouter(Router):
@@ -79,19 +78,17 @@ class CascadeRouter(Router):
             d = stage.router.route(query)
             llm_calls += d.llm_calls
             ms = (time.perf_counter() - t0) * 1000
-            decided = stage.decision(d)
-            ok = decided is not None
-            entry = {"stage": stage.router.name, "scope": d.scope if decided is None else decided.scope,
-                     "confidence": d.confidence,
+            scope = stage.scope(d)
+            ok = scope is not None
+            entry = {"stage": stage.router.name, "scope": scope if ok else d.scope, "confidence": d.confidence,
                      "threshold": stage.threshold, "accepted": ok, "latency_ms": round(ms, 3)}
             errors = [t["error"] for t in d.trace if "error" in t]
             if errors:
                 entry["error"] = errors[0]
             trace.append(entry)
-            if decided is not None:
-                return RouteDecision(scope=decided.scope, scores=d.scores, stage=stage.router.name,
-                                     confidence=d.confidence, trace=tuple(trace), fallback=decided.fallback,
-                                     llm_calls=llm_calls)
+            if ok:
+                return RouteDecision(scope=scope, scores=d.scores, stage=stage.router.name,
+                                     confidence=d.confidence, trace=tuple(trace), llm_calls=llm_calls)
         last = trace[-1]
         return RouteDecision(scope=None, stage="global", trace=(*trace, {"stage": "global", "accepted": True}),
                              confidence=last.get("confidence"), llm_calls=llm_calls)
