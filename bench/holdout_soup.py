@@ -16,6 +16,7 @@ The test queries are read only to compare, never to choose. Same data sets, pool
 
     python bench/holdout_soup.py --datasets bbc composite sqlalchemy-docs django-docs
     python bench/holdout_soup.py --datasets 20ng --max-docs-per-scope 100 --members 3
+    python bench/holdout_soup.py --datasets bbc --set lora_r=64 --set lora_alpha=128   # a variant of the run
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from holdout_epochs import holdout, run_sets  # the trainer's holdout run, resumable per data set
 
 
-def soups(name: str, seed: int, members: int, max_docs_per_scope: int | None) -> dict[str, Any]:
-    """Per run and per soup size k = 2..members: validation and test macro-F1 (and test accuracy)."""
+def soups(name: str, seed: int, members: int, max_docs_per_scope: int | None,
+          overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per run and per soup size k = 2..members: validation and test macro-F1 (and test accuracy), with
+    ``overrides`` (TrainConfig fields) as ``--set`` gives them to the trainer."""
     import numpy as np
     import torch
 
@@ -45,7 +48,7 @@ def soups(name: str, seed: int, members: int, max_docs_per_scope: int | None) ->
     from masdr_router.training import trainer as T
     from masdr_router.training.model import model_soup
 
-    with holdout(name, seed, max_docs_per_scope) as h:
+    with holdout(name, seed, max_docs_per_scope, overrides) as h:
         cfg, labels, tr, va, te, n = h.cfg, h.labels, h.tr, h.va, h.te, len(h.labels)
         yv, yt = va.y.numpy(), te.y.numpy()
 
@@ -86,14 +89,16 @@ def soups(name: str, seed: int, members: int, max_docs_per_scope: int | None) ->
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| set | seeds | n train / val | runs: test macro-F1 | mean | soup of k (test / val) | ensemble of k "
-             "| soup − mean | soup − first run |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| set | --set | seeds | n train / val | runs: test macro-F1 | mean | soup of k (test / val) "
+             "| ensemble of k | soup − mean | soup − first run |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         runs, last = r["runs"], r["soups"][-1] if r["soups"] else None
         mean = sum(x["test"] for x in runs) / len(runs)
         soup = f"{last['soup']['test']:.3f} / {last['soup']['val']:.3f} (k {last['k']})" if last else "–"
         ens = f"{last['ensemble']['test']:.3f}" if last else "–"
-        lines.append(f"| {r['dataset']} | {runs[0]['seed']}-{runs[-1]['seed']} | {r['n_train']} / {r['n_val']} | "
+        sets = " ".join(r.get("set") or []) or "-"
+        lines.append(f"| {r['dataset']} | {sets} | {runs[0]['seed']}-{runs[-1]['seed']} "
+                     f"| {r['n_train']} / {r['n_val']} | "
                      + ", ".join(f"{x['test']:.3f}" for x in runs) + f" | {mean:.3f} | {soup} | {ens} | "
                      + (f"{last['soup']['test'] - mean:+.3f} | {last['soup']['test'] - runs[0]['test']:+.3f} |"
                         if last else "– | – |"))
@@ -108,13 +113,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--seed", type=int, default=0, help="TrainConfig.seed: the validation split and the first run")
     ap.add_argument("--members", type=int, default=3, help="runs (seeds seed, seed+1, ...) in the largest soup")
     ap.add_argument("--max-docs-per-scope", type=int, default=None, help="subsample the data sets (e.g. 20ng)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="TrainConfig override, as `masdr train --set` (e.g. learning_rate=5e-4)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/holdout_soup.json"))
     args = ap.parse_args(argv)
+    from masdr_router.training.run import parse_overrides
+
+    overrides = parse_overrides(args.set)
     if args.members < 2:
         ap.error("--members must be at least 2 (one run is no soup)")
     done = run_sets(args.out, args.datasets,
-                    lambda r, name: r["dataset"] == name and r["seed"] == args.seed and len(r["runs"]) == args.members,
-                    lambda name: soups(name, args.seed, args.members, args.max_docs_per_scope))
+                    lambda r, name: r["dataset"] == name and r["seed"] == args.seed and len(r["runs"]) == args.members
+                    and parse_overrides(r.get("set")) == overrides,
+                    lambda name: {**soups(name, args.seed, args.members, args.max_docs_per_scope, overrides),
+                                  "set": args.set})
     print(table(done))
     return done
 

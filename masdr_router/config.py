@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -68,6 +69,9 @@ def _describe(hint: Any) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
 
 
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def check_value(hint: Any, value: Any) -> tuple[bool, Any]:
     """``(ok, value)``: whether ``value`` fits the type ``hint``; an int is widened to a float."""
     origin = get_origin(hint)
@@ -90,6 +94,9 @@ def check_value(hint: Any, value: Any) -> tuple[bool, Any]:
         checked = [check_value(get_args(hint)[0], v) for v in value]
         return all(ok for ok, _ in checked), [v for _, v in checked]
     if hint is float:
+        if isinstance(value, str) and _EXPONENT.fullmatch(value.strip()):
+            # YAML 1.1 (PyYAML) reads 5e-4 as a string: a float needs a dot in its mantissa there (5.0e-4)
+            return True, float(value)
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         return ok, float(value) if ok else value
     if hint is int:

@@ -321,6 +321,21 @@ def test_a_bare_on_or_off_in_yaml_or_set_is_the_choice_not_a_boolean(tmp_path):
         TrainConfig.from_dict({"pooling": False})
 
 
+def test_a_number_in_exponent_form_in_yaml_or_set_is_a_number(tmp_path):
+    # YAML 1.1 reads 5e-4 (no dot in the mantissa) as the string '5e-4'; people write learning rates so
+    from masdr_router.training.run import load_train_config
+
+    (tmp_path / "c.yaml").write_text("learning_rate: 5e-4\ncontrastive_learning_rate: 2E-5\n")
+    cfg = TrainConfig.from_yaml(tmp_path / "c.yaml")
+    assert (cfg.learning_rate, cfg.contrastive_learning_rate) == (5e-4, 2e-5)
+    assert load_train_config(None, ["learning_rate=3e-4"]).learning_rate == 3e-4
+    # only a number's spelling: any other string is still refused, and an integer field takes no exponent
+    with pytest.raises(ConfigError, match=r"field 'learning_rate': expected a number, got '5e-4x'"):
+        TrainConfig.from_dict({"learning_rate": "5e-4x"})
+    with pytest.raises(ConfigError, match=r"field 'epochs': expected an integer, got '1e1'"):
+        TrainConfig.from_dict({"epochs": "1e1"})
+
+
 @pytest.mark.parametrize("name", ["cpu", "gpu"])
 def test_train_configs_mirror_the_dataclass_one_to_one(name):
     from dataclasses import fields
