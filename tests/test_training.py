@@ -874,6 +874,46 @@ def test_the_weight_space_ensemble_runs_from_the_probe_to_the_fine_tuned_model(b
         TrainConfig(finetune_alpha=0.5, head_init="random")
 
 
+def test_finetune_weights_all_tunes_the_encoder_at_its_own_rate_and_exports_it_merged(bbc_queries, tmp_path):
+    """finetune_weights: all trains the encoder's own weights beside the adapters and the head, at
+    encoder_learning_rate; the artifact is the merged encoder alone (the adapters would not apply to the
+    published base), and the weight-space ensemble interpolates the encoder's weights too."""
+    import torch
+    from transformers import AutoModel
+
+    from masdr_router.retrieval.embedder import resolve_encoder_path
+    from masdr_router.training.trainer import make_optimizer
+
+    tax, qs = bbc_queries
+    one = {**FAST, "epochs": 1, "finetune_weights": "all", "encoder_learning_rate": 1e-4}
+    runs = {a: train_router(tax, qs, None, TrainConfig(**one, finetune_alpha=a)) for a in (0.5, 1.0)}
+    outs = {a: r.router.save_pretrained(tmp_path / f"alpha-{a}") for a, r in runs.items()}
+    for out in outs.values():  # the merged encoder alone
+        assert not (out / "adapter").exists() and (out / "encoder" / "model.safetensors").is_file()
+    pretrained, full, half = (AutoModel.from_pretrained(path).state_dict()[
+        "encoder.layer.0.attention.self.query.weight"] for path in (
+        resolve_encoder_path("minilm"), outs[1.0] / "encoder", outs[0.5] / "encoder"))
+    # the encoder's own weights moved under the adapters (a merge alone would show the adapters' update),
+    # and the half-way ensemble is half-way between the pretrained and the fine-tuned encoder
+    own = dict(runs[1.0].router.model.named_parameters())
+    own = next(p for n, p in own.items() if n.endswith("layer.0.attention.self.query.base_layer.weight"))
+    assert float((own.detach() - pretrained).abs().max()) > 1e-4
+    torch.testing.assert_close(half, 0.5 * full + 0.5 * pretrained, atol=1e-6, rtol=1e-5)
+    router = runs[1.0].router
+    assert router.meta["lora"]["base_weights"] == "fine-tuned"
+    assert runs[1.0].extra["trainable_params"] > 0.9 * runs[1.0].extra["total_params"]
+    texts = [q.query for q in qs]
+    np.testing.assert_allclose(LoraRouter.from_pretrained(outs[1.0]).predict_proba(texts),
+                               router.predict_proba(texts), atol=1e-5)
+    # the encoder's own weights at encoder_learning_rate, the adapters and the head at learning_rate
+    cfg = TrainConfig(**one)
+    scales = {id(p): g["lr_scale"] for g in make_optimizer(router.model, cfg).param_groups for p in g["params"]}
+    for n, p in router.model.named_parameters():
+        if p.requires_grad:
+            base_weight = n.startswith("encoder.") and "lora_" not in n
+            assert scales[id(p)] == pytest.approx(1e-4 / cfg.learning_rate if base_weight else 1.0), n
+
+
 def test_the_guard_exports_the_probe_when_it_validates_better(bbc_queries, tmp_path):
     from masdr_router.training.card import model_card
 

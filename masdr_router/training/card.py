@@ -58,8 +58,9 @@ def model_card(router: LoraRouter, metrics: dict[str, Any], cfg: TrainConfig) ->
         f"- base encoder: `{cfg.base_model}`, {cfg.pooling} pooling{', L2-normalised' if router.normalize else ''}, "
         f"max {cfg.max_length} tokens",
         f"- LoRA r={cfg.lora_r}{_soup_rank(metrics, cfg.lora_r)}, alpha={cfg.lora_alpha}, dropout={cfg.lora_dropout}, "
-        f"modules {', '.join(cfg.target_modules)}; {metrics.get('trainable_params', '?'):,} trainable of "
-        f"{metrics.get('total_params', '?'):,} parameters",
+        f"modules {', '.join(cfg.target_modules)}"
+        f"{own_weights(cfg)}"
+        f"; {metrics.get('trainable_params', '?'):,} trainable of {metrics.get('total_params', '?'):,} parameters",
         f"- taxonomy fingerprint `{router.taxonomy.fingerprint}`",
         f"- training data: {data_line(metrics)}",
         f"- trained on {metrics['n_train']} queries in {metrics['train_seconds']:.0f} s on "
@@ -165,6 +166,17 @@ def selection_line(metrics: dict[str, Any]) -> str:
               f"macro-F1 {', '.join(_f(v) for v in soup['member_val_macro_f1'])})" if soup.get("members") else "")
     return (f"LoRA fine-tuned: {first}a probe-initialised head{wise}{souped}; {held} macro-F1 {_f(lora)} against the "
             f"frozen probe's {_f(probe)}{within}")
+
+
+def own_weights(cfg: TrainConfig) -> str:
+    """What the card adds when fine-tuning also tuned the encoder's own weights (``finetune_weights``).
+
+    >>> own_weights(TrainConfig(finetune_weights="all"))
+    ", and the encoder's own weights at learning rate 5e-05"
+    """
+    if cfg.finetune_weights != "all":
+        return ""
+    return f", and the encoder's own weights at learning rate {cfg.encoder_learning_rate:g}"
 
 
 def _soup_rank(metrics: dict[str, Any], lora_r: int) -> str:

@@ -32,6 +32,13 @@ class TrainConfig(ConfigBase):
     target_modules: list[str] = field(default_factory=lambda: ["query", "key", "value", "dense"],
                                       metadata={"help": "module names that get LoRA adapters"})
     head_dropout: float = 0.1
+    finetune_weights: Literal["lora", "all"] = field(default="lora", metadata={
+        "help": "what classification fine-tuning tunes besides the head: 'lora', the adapters; 'all', every "
+                "weight of the encoder too, at encoder_learning_rate (the artifact then stores the merged "
+                "encoder, without a separate adapter)"})
+    encoder_learning_rate: float = field(default=5e-5, metadata={
+        "help": "with finetune_weights: all, the peak learning rate of the encoder's own weights (the adapters "
+                "and the head keep learning_rate)"})
     # regime: how the data is used
     regime: Literal["auto", "holdout", "cv"] = field(default="auto", metadata={
         "help": "'holdout': train on all but a validation split (see holdout_choice); 'cv': choose the epoch "
@@ -194,7 +201,7 @@ class TrainConfig(ConfigBase):
         positive = [(k, getattr(self, k) > 0, f"must be > 0, got {getattr(self, k)}")
                     for k in ("epochs", "batch_size", "max_length", "lora_r", "lora_alpha", "learning_rate",
                               "max_epochs", "cv_below", "grad_accumulation_steps", "contrastive_below",
-                              "contrastive_batch_size")]
+                              "contrastive_batch_size", "encoder_learning_rate")]
         unit = [(k, 0 <= getattr(self, k) < 1, f"must be in [0, 1), got {getattr(self, k)}")
                 for k in ("lora_dropout", "head_dropout", "warmup_ratio", "label_smoothing")]
         return [*positive, *unit,

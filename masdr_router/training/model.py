@@ -48,28 +48,35 @@ def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> No
             params[n].copy_(t.to(params[n].device))
 
 
-def weight_space_ensemble(model: RouterModel, alpha: float, start_head: tuple[torch.Tensor, torch.Tensor]) -> None:
+def start_weights(model: RouterModel) -> dict[str, torch.Tensor]:
+    """What fine-tuning starts from, besides LoRA's zero update: the head, and with the encoder's own
+    weights trainable (``finetune_weights: all``) those weights too; detached copies on CPU, by name."""
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters()
+            if p.requires_grad and "lora_" not in n}
+
+
+def weight_space_ensemble(model: RouterModel, alpha: float, start: dict[str, torch.Tensor]) -> None:
     """Make ``model`` the weight-space ensemble (WiSE-FT, Wortsman et al. 2022) of itself, fine-tuned
-    (``alpha`` = 1), and the model fine-tuning started from (``alpha`` = 0): the probe head
-    ``start_head`` on the same encoder. LoRA's B matrices start at zero, so scaling them by ``alpha``
-    scales the adapters' whole update; the head is interpolated."""
+    (``alpha`` = 1), and the model fine-tuning started from (``alpha`` = 0): the probe head on the
+    same encoder, ``start`` (:func:`start_weights`). LoRA's B matrices start at zero, so scaling them
+    by ``alpha`` scales the adapters' whole update; every weight in ``start`` is interpolated."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.mul_(alpha)
-        for p, p0 in zip((model.head.weight, model.head.bias), start_head, strict=True):
-            p.mul_(alpha).add_(p0.to(p.device), alpha=1 - alpha)
+            elif name in start:
+                p.mul_(alpha).add_(start[name].to(p.device), alpha=1 - alpha)
 
 
 @contextlib.contextmanager
-def ensembled(model: RouterModel, alpha: float, start_head: tuple[torch.Tensor, torch.Tensor] | None) -> Iterator[None]:
+def ensembled(model: RouterModel, alpha: float, start: dict[str, torch.Tensor] | None) -> Iterator[None]:
     """:func:`weight_space_ensemble` for the duration of the block, the fine-tuned weights restored
     after it (training goes on from them); nothing at ``alpha`` = 1."""
-    if alpha == 1 or start_head is None:
+    if alpha == 1 or start is None:
         yield
         return
-    saved = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n or n.startswith("head.")}
-    weight_space_ensemble(model, alpha, start_head)
+    saved = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n or n in start}
+    weight_space_ensemble(model, alpha, start)
     try:
         yield
     finally:

@@ -255,9 +255,9 @@ class Run:
     n_trainable: int
     n_total: int
     contrastive: dict[str, Any] = field(default_factory=dict)  # the contrastive stage's steps, weights and loss
-    #: the head fine-tuning starts from (the probe, with head_init: probe): the other end of the
-    #: weight-space ensemble at ``alpha`` (TrainConfig.alpha)
-    start_head: tuple[torch.Tensor, torch.Tensor] | None = None
+    #: the weights fine-tuning starts from (the probe head, with head_init: probe; the encoder's own weights
+    #: too with finetune_weights: all): the other end of the weight-space ensemble at ``alpha`` (TrainConfig.alpha)
+    start: dict[str, torch.Tensor] | None = None
     alpha: float = 1.0
 
     @property
@@ -289,16 +289,16 @@ class Run:
         (``alpha``); the fine-tuned weights stay as they are."""
         from .model import ensembled
 
-        with ensembled(self.unwrapped, self.alpha, self.start_head):
+        with ensembled(self.unwrapped, self.alpha, self.start):
             return self._logits(ids, mask)
 
     def finish(self) -> None:
         """Make the model what is exported: the weight-space ensemble at ``alpha``."""
         from .model import weight_space_ensemble
 
-        if self.alpha != 1 and self.start_head is not None:
-            weight_space_ensemble(self.unwrapped, self.alpha, self.start_head)
-            self.start_head = None  # done: predict_logits now sees the exported model as it is
+        if self.alpha != 1 and self.start is not None:
+            weight_space_ensemble(self.unwrapped, self.alpha, self.start)
+            self.start = None  # done: predict_logits now sees the exported model as it is
 
     def _logits(self, ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
         import torch
@@ -444,7 +444,7 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
     from accelerate import Accelerator
 
     from ..process import seeded
-    from .model import build_lora_model
+    from .model import build_lora_model, start_weights
 
     device, mp = resolve_precision(cfg)
     release_accelerator_state()
@@ -479,12 +479,15 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
             head_init = fit_probe(tuned_features(model, train.ids, train.mask, device=accelerator.device),
                                   train.y.numpy(), len(labels), balanced=cfg.class_weighting == "balanced",
                                   seed=cfg.seed, sample_weight=train.weight.numpy(), normalize=cfg.normalize)
-    start_head = None
+    if cfg.finetune_weights == "all":  # the base weights join the adapters (at their own rate: make_optimizer)
+        for p in model.encoder.parameters():
+            p.requires_grad_(True)
+    start = None
     if head_init is not None:
         with torch.no_grad():
             model.head.weight.copy_(torch.from_numpy(head_init.weight))
             model.head.bias.copy_(torch.from_numpy(head_init.bias))
-        start_head = (model.head.weight.detach().cpu().clone(), model.head.bias.detach().cpu().clone())
+        start = start_weights(model)
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     n_total = sum(p.numel() for p in model.parameters())
     class_weight = torch.ones(len(labels))
@@ -498,20 +501,25 @@ def build_run(cfg: TrainConfig, labels: list[str], base_path: str, tokenizer: An
                class_weight=class_weight.to(accelerator.device), train=train.tensors(),
                val=val.tensors() if val is not None else None, pseudo=train.pseudo.clone(), key=key, epochs=epochs,
                n_trainable=n_trainable,
-               n_total=n_total, contrastive=stage, start_head=start_head,
+               n_total=n_total, contrastive=stage, start=start,
                alpha=cfg.alpha(bool(stage.get("contrastive_steps"))))
 
 
 def make_optimizer(model: Any, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters, without weight decay on biases and LayerNorm weights."""
+    """AdamW over the trainable parameters, without weight decay on biases and LayerNorm weights; the
+    encoder's own weights (trainable with ``finetune_weights: all``) at ``encoder_learning_rate``, as
+    ``lr_scale`` of the schedule's rate."""
     import torch
 
-    decay, no_decay = [], []
+    groups: dict[tuple[bool, bool], list[Any]] = {}
     for n, p in model.named_parameters():
         if p.requires_grad:
-            (no_decay if n.endswith("bias") or "LayerNorm" in n else decay).append(p)
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.learning_rate)
+            base = n.startswith("encoder.") and "lora_" not in n
+            groups.setdefault((base, n.endswith("bias") or "LayerNorm" in n), []).append(p)
+    return torch.optim.AdamW(
+        [{"params": ps, "weight_decay": 0.0 if no_decay else cfg.weight_decay,
+          "lr_scale": cfg.encoder_learning_rate / cfg.learning_rate if base else 1.0}
+         for (base, no_decay), ps in sorted(groups.items())], lr=cfg.learning_rate)
 
 
 # ---- step 3: epochs, early stopping, checkpoints ---------------------------------------------------
@@ -567,7 +575,7 @@ def train_one_epoch(run: Run, epoch: int) -> float:
         for b in range(steps):
             idx = perm[b * cfg.batch_size:(b + 1) * cfg.batch_size]
             for group in run.optimizer.param_groups:
-                group["lr"] = lr_at(epoch * steps + b, total_steps, warmup, cfg.learning_rate)
+                group["lr"] = lr_at(epoch * steps + b, total_steps, warmup, cfg.learning_rate) * group["lr_scale"]
             ids, mask, y, w = (t[idx].to(acc.device) for t in (*run.train[:3], weights))
             width = int(mask.sum(1).max())  # trim the padding shared by the whole batch: queries are short
             # accumulate(): the optimizer steps (and clips) only on every grad_accumulation_steps-th batch
@@ -768,6 +776,7 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
     key = fitted.run.key if fitted.run is not None else run_key(cfg, taxonomy, train, val or [])
     stage = fitted.run.contrastive if fitted.run is not None and fitted.selection["model"] == "lora" else {}
     tuned = bool(stage.get("contrastive_steps")) and stage.get("contrastive_weights") == "all"
+    fine_tuned = fitted.run is not None and fitted.selection["model"] == "lora" and cfg.finetune_weights == "all"
     souped = (fitted.selection.get("soup") or {}).get("members", 1) if fitted.selection["model"] == "lora" else 1
     meta = {"base_model": cfg.base_model,
             # a soup's adapter stacks its runs' adapters: rank and alpha as its adapter_config.json has them
@@ -775,7 +784,7 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
                      "soup_members": souped,
                      "target_modules": list(cfg.target_modules),
                      # adapters over a base the contrastive stage tuned: only the merged encoder is exported
-                     "base_weights": "contrastive-tuned" if tuned else "pretrained"},
+                     "base_weights": "fine-tuned" if fine_tuned else "contrastive-tuned" if tuned else "pretrained"},
             "train": {"config": cfg.to_dict(), "run_key": key, "n_train": fitted.n_train, "n_val": fitted.n_val,
                       "trainable_params": n_trainable, "total_params": n_total, "regime": regime,
                       "regime_reason": why, "selection": fitted.selection, "n_pseudo": n_pseudo,
