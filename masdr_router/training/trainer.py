@@ -574,8 +574,10 @@ def train_one_epoch(run: Run, epoch: int) -> float:
     with progress_bar(f"epoch {epoch + 1}/{run.epochs}", steps, enabled=cfg.progress and acc.is_main_process) as bar:
         for b in range(steps):
             idx = perm[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+            rate = lr_at(epoch * steps + b, total_steps, warmup, cfg.learning_rate)
             for group in run.optimizer.param_groups:
-                group["lr"] = lr_at(epoch * steps + b, total_steps, warmup, cfg.learning_rate) * group["lr_scale"]
+                # .get: a checkpoint written before lr_scale existed restores groups without it (all at 1)
+                group["lr"] = rate * group.get("lr_scale", 1)
             ids, mask, y, w = (t[idx].to(acc.device) for t in (*run.train[:3], weights))
             width = int(mask.sum(1).max())  # trim the padding shared by the whole batch: queries are short
             # accumulate(): the optimizer steps (and clips) only on every grad_accumulation_steps-th batch
