@@ -785,7 +785,8 @@ def train_router(taxonomy: Taxonomy, train: Sequence[LabelledQuery], val: Sequen
             "lora": {"r": cfg.lora_r * souped, "alpha": cfg.lora_alpha * souped, "dropout": cfg.lora_dropout,
                      "soup_members": souped,
                      "target_modules": list(cfg.target_modules),
-                     # adapters over a base the contrastive stage tuned: only the merged encoder is exported
+                     # adapters over a base the contrastive stage or fine-tuning itself tuned: only the merged
+                     # encoder is exported (LoraRouter.save_pretrained)
                      "base_weights": "fine-tuned" if fine_tuned else "contrastive-tuned" if tuned else "pretrained"},
             "train": {"config": cfg.to_dict(), "run_key": key, "n_train": fitted.n_train, "n_val": fitted.n_val,
                       "trainable_params": n_trainable, "total_params": n_total, "regime": regime,
