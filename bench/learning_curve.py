@@ -21,6 +21,7 @@ Systems:
 
     python bench/learning_curve.py --datasets bbc composite --sizes 8 16 32 64 all [--systems ...]
     python bench/learning_curve.py --report a.json b.json   # merge runs (sample seeds averaged) into one table
+    python bench/learning_curve.py --report a.json b.json --plot curves.png   # ... and draw the curves
     python bench/learning_curve.py --data-root runs/data --datasets mine   # a prepared set: runs/data/mine/
     python bench/learning_curve.py --datasets bbc --sizes all --save-predictions   # then bench/error_overlap.py
 
@@ -211,6 +212,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="cap on SetFit's pair-training steps (batch 32); 0: uncapped, one epoch of its 20 iterations")
     ap.add_argument("--report", nargs="+", type=Path, metavar="JSON",
                     help="only merge these results (several sample seeds are averaged) into a markdown table")
+    ap.add_argument("--plot", type=Path, metavar="PNG",
+                    help="also draw the learning curves (a panel per set, macro-F1 against labelled queries)")
     args = ap.parse_args(argv)
     if args.data_root is not None and "corpus" in args.systems:
         missing = [str(p) for name in args.datasets
@@ -226,6 +229,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         except ValueError as e:
             ap.error(str(e))
         print(markdown_table(rows))
+        if args.plot:
+            try:
+                print(f"plot: {plot_learning_curves(rows, args.plot)}")
+            except ValueError as e:
+                ap.error(str(e))
         return {"results": rows}
 
     import torch
@@ -277,6 +285,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 tmp.write_text(json.dumps(report, indent=2))
                 tmp.replace(args.out)
     print(markdown_table(report["results"]))
+    if args.plot and any("error" not in r for r in report["results"]):
+        print(f"plot: {plot_learning_curves(report['results'], args.plot)}")
     return report
 
 
@@ -405,7 +415,12 @@ def with_centroid_guard(row: dict[str, dict[str, Any]]) -> dict[str, Any] | None
     return d  # the same choice as the run made: lora, or the probe
 
 
-def markdown_table(results: list[dict[str, Any]]) -> str:
+SIZE_ORDER = {"8": 0, "16": 1, "32": 2, "64": 3, "all": 4}
+
+
+def cell_means(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    """Per (set, size) cell, every system's mean over the sample seeds it ran on (``seed_mean``),
+    with ``+centroid`` (the default had its guard been allowed the centroid head) where recorded."""
     by_seed: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for r in results:
         if "error" in r:
@@ -420,8 +435,66 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
                 row["+centroid"] = cf
         systems = {s for row in seeds.values() for s in row}
         cells[key] = {s: seed_mean([row[s] for row in seeds.values() if s in row]) for s in systems}
+    return cells
+
+
+def plot_learning_curves(results: list[dict[str, Any]], path: Path) -> Path:
+    """Draw :func:`learning_curve_figure` to ``path`` (PNG), atomically: a killed run never leaves
+    a half-drawn figure."""
+    fig = learning_curve_figure(results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    tmp.replace(path)
+    return path
+
+
+def learning_curve_figure(results: list[dict[str, Any]]) -> Any:
+    """One panel per data set: test macro-F1 against the number of labelled training queries (log
+    scale), a line per system, the mean over sample seeds with their spread as error bars; the
+    default drawn on top. A table says who leads a cell; the curves show where the lead opens."""
+    from masdr_router.extras import require
+
+    require("matplotlib")
+    from matplotlib.figure import Figure
+
+    cells = cell_means(results)
+    sets = sorted({ds for ds, _ in cells})
+    if not sets:
+        raise ValueError("no finished cell to plot: every row is an error")
+    cols = min(3, len(sets))
+    rows = math.ceil(len(sets) / cols)
+    fig = Figure(figsize=(4.6 * cols, 3.6 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    systems = [s for s in SYSTEMS if any(s in c for c in cells.values())]
+    for ax, ds in zip(axes, sets):
+        sizes = sorted((size for d, size in cells if d == ds), key=lambda s: SIZE_ORDER.get(s, 9))
+        for system in systems:
+            pts = [cells[(ds, size)][system] for size in sizes if system in cells[(ds, size)]]
+            if not pts:
+                continue
+            main = system in ("default", "corpus")
+            ax.errorbar([p["n_train"] for p in pts], [p["macro_f1"] for p in pts], yerr=[p["sd"] for p in pts],
+                        marker="o", ms=4 if main else 3, lw=2.2 if main else 1.0, capsize=2,
+                        zorder=3 if main else 2, label=system, color=f"C{SYSTEMS.index(system)}")
+        ax.set_xscale("log")
+        ax.set_title(ds, fontsize=10)
+        ax.set_xlabel("labelled training queries")
+        ax.set_ylabel("test macro-F1")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(sets):]:
+        ax.set_visible(False)
+    legend: dict[str, Any] = {}  # a system missing from one panel still gets its entry
+    for ax in axes[:len(sets)]:
+        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=len(legend), fontsize=8)
+    return fig
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    cells = cell_means(results)
     baselines = [s for s in SYSTEMS if s not in ("default", "legacy", "corpus")]
-    order = {"8": 0, "16": 1, "32": 2, "64": 3, "all": 4}
+    order = SIZE_ORDER
     out = ["| set | per scope (n) | default: macro-F1 (acc), time, model | " + " | ".join(baselines)
            + " | default − best baseline | +centroid |", "|" + "---|" * (len(baselines) + 5)]
     for (ds, size), row in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9))):
