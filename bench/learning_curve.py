@@ -478,8 +478,12 @@ def learning_curve_figure(results: list[dict[str, Any]]) -> Any:
                         marker="o", ms=4 if main else 3, lw=2.2 if main else 1.0, capsize=2,
                         zorder=3 if main else 2, label=system, color=f"C{SYSTEMS.index(system)}")
         ax.set_xscale("log")
+        # ticks at the cells themselves, "per scope (n)", rather than powers of ten between them
+        ns = [next(iter(cells[(ds, size)].values()))["n_train"] for size in sizes]
+        ax.set_xticks(ns, [f"{size}\n({n})" for size, n in zip(sizes, ns)], fontsize=8)
+        ax.minorticks_off()
         ax.set_title(ds, fontsize=10)
-        ax.set_xlabel("labelled training queries")
+        ax.set_xlabel("labelled queries: per scope (in all)")
         ax.set_ylabel("test macro-F1")
         ax.grid(alpha=0.3)
     for ax in axes[len(sets):]:
@@ -487,7 +491,8 @@ def learning_curve_figure(results: list[dict[str, Any]]) -> Any:
     legend: dict[str, Any] = {}  # a system missing from one panel still gets its entry
     for ax in axes[:len(sets)]:
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
-    fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncols=len(legend), fontsize=8)
+    names = sorted(legend, key=SYSTEMS.index)
+    fig.legend([legend[n] for n in names], names, loc="outside lower center", ncols=len(names), fontsize=8)
     return fig
 
 

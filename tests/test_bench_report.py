@@ -52,8 +52,9 @@ def test_the_curves_draw_a_panel_per_set_and_a_point_per_size_at_the_seeds_mean(
     assert list(lines["default"].get_xdata()) == [40, 1647]
     assert list(lines["default"].get_ydata()) == pytest.approx([0.82, 0.90])
     assert list(lines["setfit"].get_ydata()) == pytest.approx([0.79, 0.92])
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == ["8\n(40)", "all\n(1647)"]
     # the legend names every system drawn, the probe too, though only the second panel has it
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["default", "setfit", "probe"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["default", "probe", "setfit"]
 
 
 def test_a_plot_is_written_whole_or_not_at_all(lc, results, tmp_path):
