@@ -499,10 +499,9 @@ def learning_curve_figure(results: list[dict[str, Any]]) -> Any:
 def markdown_table(results: list[dict[str, Any]]) -> str:
     cells = cell_means(results)
     baselines = [s for s in SYSTEMS if s not in ("default", "legacy", "corpus")]
-    order = SIZE_ORDER
     out = ["| set | per scope (n) | default: macro-F1 (acc), time, model | " + " | ".join(baselines)
            + " | default − best baseline | +centroid |", "|" + "---|" * (len(baselines) + 5)]
-    for (ds, size), row in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9))):
+    for (ds, size), row in sorted(cells.items(), key=lambda kv: (kv[0][0], SIZE_ORDER.get(kv[0][1], 9))):
         if "default" not in row:
             continue
         d = row["default"]
