@@ -215,6 +215,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--plot", type=Path, metavar="PNG",
                     help="also draw the learning curves (a panel per set, macro-F1 against labelled queries)")
     args = ap.parse_args(argv)
+
+    def plot(rows: list[dict[str, Any]]) -> None:
+        if args.plot:
+            try:
+                print(f"plot: {plot_learning_curves(rows, args.plot)}")
+            except ValueError as e:  # every row an error: nothing to draw
+                ap.error(str(e))
+
     if args.data_root is not None and "corpus" in args.systems:
         missing = [str(p) for name in args.datasets
                    if not (p := packed_pseudo_path(args.data_root, name, args.corpus_per_scope)).exists()]
@@ -229,11 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         except ValueError as e:
             ap.error(str(e))
         print(markdown_table(rows))
-        if args.plot:
-            try:
-                print(f"plot: {plot_learning_curves(rows, args.plot)}")
-            except ValueError as e:
-                ap.error(str(e))
+        plot(rows)
         return {"results": rows}
 
     import torch
@@ -285,8 +289,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 tmp.write_text(json.dumps(report, indent=2))
                 tmp.replace(args.out)
     print(markdown_table(report["results"]))
-    if args.plot and any("error" not in r for r in report["results"]):
-        print(f"plot: {plot_learning_curves(report['results'], args.plot)}")
+    plot(report["results"])
     return report
 
 
@@ -441,11 +444,13 @@ def cell_means(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str,
 def plot_learning_curves(results: list[dict[str, Any]], path: Path) -> Path:
     """Draw :func:`learning_curve_figure` to ``path`` (PNG), atomically: a killed run never leaves
     a half-drawn figure."""
-    fig = learning_curve_figure(results)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
+    import io
+
+    from masdr_router.atomic import write_bytes_atomic
+
+    png = io.BytesIO()
+    learning_curve_figure(results).savefig(png, format="png", dpi=110)
+    write_bytes_atomic(path, png.getvalue())
     return path
 
 
@@ -465,7 +470,7 @@ def learning_curve_figure(results: list[dict[str, Any]]) -> Any:
     cols = min(3, len(sets))
     rows = math.ceil(len(sets) / cols)
     fig = Figure(figsize=(4.6 * cols, 3.6 * rows), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
     systems = [s for s in SYSTEMS if any(s in c for c in cells.values())]
     for ax, ds in zip(axes, sets):
         sizes = sorted((size for d, size in cells if d == ds), key=lambda s: SIZE_ORDER.get(s, 9))

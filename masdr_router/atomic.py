@@ -64,6 +64,11 @@ def atomic_directory(out: str | os.PathLike[str], *, overwrite: bool = False) ->
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write a file via a temp file + rename, so readers never see a partial file."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """:func:`write_text_atomic` for bytes (a rendered figure, say)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,8 +77,8 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         raise _cannot_write(path, e) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
