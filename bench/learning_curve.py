@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     from masdr_router import Embedder
+    from masdr_router.atomic import write_text_atomic
     from masdr_router.training.run import parse_overrides
 
     report: dict[str, Any] = {"seed": args.seed, "machine": platform.platform(), "cpus": os.cpu_count(),
@@ -284,10 +285,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        "system": system, **result}
                 print(json.dumps({k: v for k, v in row.items() if k != "predictions"}), flush=True)
                 report["results"].append(row)
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                tmp = args.out.with_suffix(".tmp")  # a killed run keeps the cells it finished
-                tmp.write_text(json.dumps(report, indent=2))
-                tmp.replace(args.out)
+                write_text_atomic(args.out, json.dumps(report, indent=2))  # a killed run keeps the cells it finished
     print(markdown_table(report["results"]))
     plot(report["results"])
     return report
